@@ -1,0 +1,248 @@
+//! The api's side of one generated choice: submit to the engine, then turn token events into
+//! text (incremental detokenisation, stop strings) and per-token details. Dropping an
+//! unfinished choice aborts it in the engine, which frees its KV blocks at once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::Addr;
+use tokenizers::Tokenizer;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+use super::detokenizer::IncrementalDetokenizer;
+use super::errors::ApiError;
+use super::stop_strings::StopStringMatcher;
+use crate::engine::events::{EngineError, TokenEvent, TokenLogprobs, TokenUsage};
+use crate::engine::messages::{Abort, AbortReason, Generate};
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::{FinishReason, Operation, RequestId};
+use crate::scheduler::actor::SchedulerActor;
+use crate::stats::data::RequestIntervals;
+
+/// One generated token as the client sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenDetail {
+    /// The token's own text.
+    pub text: String,
+    pub logprob: f32,
+    /// The most likely alternatives, best first.
+    pub top: Vec<(String, f32)>,
+}
+
+/// How a choice ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChoiceEnd {
+    pub reason: FinishReason,
+    pub usage: TokenUsage,
+    pub timings: RequestIntervals,
+}
+
+/// New text of one choice, its tokens' details (when logprobs were asked), and the end.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChoiceDelta {
+    pub text: String,
+    pub tokens: Vec<TokenDetail>,
+    pub end: Option<ChoiceEnd>,
+}
+
+/// A choice in flight.
+pub struct ChoiceStream {
+    pub index: u32,
+    id: RequestId,
+    events: UnboundedReceiver<TokenEvent>,
+    scheduler: Addr<SchedulerActor>,
+    tokenizer: Arc<Tokenizer>,
+    detokenizer: IncrementalDetokenizer,
+    stops: StopStringMatcher,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    finished: bool,
+}
+
+/// What to submit for one choice.
+pub struct ChoiceRequest {
+    pub id: RequestId,
+    pub index: u32,
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    pub operation: Operation,
+    pub arrival: Instant,
+}
+
+impl ChoiceStream {
+    /// Hands the request to the scheduler; refusals become 429/400 errors.
+    pub async fn submit(
+        scheduler: &Addr<SchedulerActor>,
+        tokenizer: &Arc<Tokenizer>,
+        request: ChoiceRequest,
+    ) -> Result<Self, ApiError> {
+        let (tx, rx) = unbounded_channel();
+        let stops = StopStringMatcher::new(request.params.stop.clone());
+        let detokenizer = IncrementalDetokenizer::new(&request.prompt);
+        let prompt_tokens = request.prompt.len();
+        let message = Generate {
+            id: request.id.clone(),
+            prompt_token_ids: request.prompt,
+            params: request.params,
+            operation: request.operation,
+            arrival: request.arrival,
+            events: tx,
+        };
+        match scheduler.send(message).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(engine_error(error)),
+            Err(_) => return Err(ApiError::Unavailable("the engine is not running".into())),
+        }
+        Ok(Self {
+            index: request.index,
+            id: request.id,
+            events: rx,
+            scheduler: scheduler.clone(),
+            tokenizer: Arc::clone(tokenizer),
+            detokenizer,
+            stops,
+            prompt_tokens,
+            completion_tokens: 0,
+            finished: false,
+        })
+    }
+
+    /// The next piece of output, or `None` after the end.
+    pub async fn next(&mut self) -> Option<Result<ChoiceDelta, ApiError>> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            let Some(event) = self.events.recv().await else {
+                self.finished = true;
+                return Some(Err(ApiError::EngineError(
+                    "the engine dropped the request".into(),
+                )));
+            };
+            match event {
+                TokenEvent::Token { id, logprobs } => {
+                    self.completion_tokens += 1;
+                    let tokens = logprobs
+                        .map(|lp| vec![self.detail(id, &lp)])
+                        .unwrap_or_default();
+                    let text = self.detokenizer.push(&self.tokenizer, id);
+                    let outcome = self.stops.push(&text);
+                    if outcome.stopped {
+                        self.finished = true;
+                        self.scheduler.do_send(Abort {
+                            id: self.id.clone(),
+                            reason: AbortReason::StopString,
+                        });
+                        let end = ChoiceEnd {
+                            reason: FinishReason::Stop,
+                            usage: TokenUsage {
+                                prompt_tokens: self.prompt_tokens,
+                                completion_tokens: self.completion_tokens,
+                            },
+                            timings: RequestIntervals::default(),
+                        };
+                        return Some(Ok(ChoiceDelta {
+                            text: outcome.emit,
+                            tokens,
+                            end: Some(end),
+                        }));
+                    }
+                    if outcome.emit.is_empty() && tokens.is_empty() {
+                        continue;
+                    }
+                    return Some(Ok(ChoiceDelta {
+                        text: outcome.emit,
+                        tokens,
+                        end: None,
+                    }));
+                }
+                TokenEvent::Finished {
+                    reason,
+                    usage,
+                    timings,
+                } => {
+                    self.finished = true;
+                    let tail = self.detokenizer.finish(&self.tokenizer);
+                    let outcome = self.stops.push(&tail);
+                    let mut text = outcome.emit;
+                    let reason = if outcome.stopped {
+                        FinishReason::Stop
+                    } else {
+                        text.push_str(&self.stops.flush());
+                        reason
+                    };
+                    let end = ChoiceEnd {
+                        reason,
+                        usage,
+                        timings,
+                    };
+                    return Some(Ok(ChoiceDelta {
+                        text,
+                        tokens: Vec::new(),
+                        end: Some(end),
+                    }));
+                }
+                TokenEvent::Failed { error } => {
+                    self.finished = true;
+                    return Some(Err(engine_error(error)));
+                }
+            }
+        }
+    }
+
+    fn detail(&self, id: u32, lp: &TokenLogprobs) -> TokenDetail {
+        TokenDetail {
+            text: self.token_text(id),
+            logprob: lp.logprob,
+            top: lp
+                .top
+                .iter()
+                .map(|&(t, l)| (self.token_text(t), l))
+                .collect(),
+        }
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        self.tokenizer.decode(&[id], false).unwrap_or_default()
+    }
+}
+
+impl Drop for ChoiceStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.scheduler.do_send(Abort {
+                id: self.id.clone(),
+                reason: AbortReason::ClientGone,
+            });
+        }
+    }
+}
+
+/// The one mapping of engine refusals and failures to API errors.
+pub fn engine_error(error: EngineError) -> ApiError {
+    match error {
+        EngineError::Overloaded { .. } => ApiError::Overloaded {
+            retry_after_secs: 1,
+        },
+        EngineError::TooLong { .. } => ApiError::InvalidParameter {
+            param: "prompt".into(),
+            message: format!("{error}; shorten the prompt"),
+        },
+        EngineError::Executor(_) => ApiError::EngineError(error.to_string()),
+        EngineError::Unavailable => ApiError::Unavailable(error.to_string()),
+    }
+}
+
+/// Runs a choice to its end, collecting text and token details.
+pub async fn collect(mut choice: ChoiceStream) -> Result<(u32, ChoiceDelta), ApiError> {
+    let mut all = ChoiceDelta::default();
+    while let Some(delta) = choice.next().await {
+        let delta = delta?;
+        all.text.push_str(&delta.text);
+        all.tokens.extend(delta.tokens);
+        if delta.end.is_some() {
+            all.end = delta.end;
+        }
+    }
+    Ok((choice.index, all))
+}

@@ -1,0 +1,107 @@
+//! Prompt preparation shared by chat and completions: tokenisation off the async threads,
+//! token-id checks, and fitting `max_tokens` into the context.
+
+use std::sync::Arc;
+
+use actix_web::web;
+use tokenizers::Tokenizer;
+
+use super::errors::ApiError;
+use crate::engine::sampling_params::SamplingParams;
+
+/// Tokenises texts on the blocking pool (tokenising a long prompt takes milliseconds).
+pub async fn tokenize(
+    tokenizer: &Arc<Tokenizer>,
+    texts: Vec<String>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tokenizer = Arc::clone(tokenizer);
+    web::block(move || {
+        texts
+            .iter()
+            .map(|t| {
+                tokenizer
+                    .encode(t.as_str(), false)
+                    .map(|e| e.get_ids().to_vec())
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| ApiError::EngineError(format!("tokeniser task failed: {e}")))?
+    .map_err(|e| ApiError::InvalidParameter {
+        param: "prompt".into(),
+        message: format!("cannot tokenise: {e}"),
+    })
+}
+
+/// Refuses empty prompts and token ids outside the vocabulary.
+pub fn check_prompt(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
+    if ids.is_empty() {
+        return Err(ApiError::invalid(
+            param,
+            format!("`{param}` must not be empty"),
+        ));
+    }
+    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab_size) {
+        return Err(ApiError::invalid(
+            param,
+            format!("token id {bad} is out of range (vocabulary size {vocab_size})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Clamps an open `max_tokens` to the room left in the context, and refuses a prompt that
+/// with `max_tokens` exceeds it.
+pub fn fit_to_context(
+    prompt_len: usize,
+    params: &mut SamplingParams,
+    max_model_len: usize,
+    prompt_param: &'static str,
+) -> Result<(), ApiError> {
+    let exceeded = |max_tokens: u32| ApiError::ContextLengthExceeded {
+        prompt_tokens: prompt_len as u32,
+        max_tokens,
+        max_model_len: max_model_len as u32,
+        prompt_param,
+    };
+    if prompt_len >= max_model_len {
+        return Err(exceeded(params.max_tokens.min(1)));
+    }
+    let room = (max_model_len - prompt_len) as u32;
+    if params.max_tokens == u32::MAX {
+        params.max_tokens = room;
+    } else if params.max_tokens > room {
+        return Err(exceeded(params.max_tokens));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_max_tokens_is_clamped_and_explicit_overflow_refused() {
+        let mut p = SamplingParams {
+            max_tokens: u32::MAX,
+            ..Default::default()
+        };
+        fit_to_context(100, &mut p, 128, "messages").expect("fits");
+        assert_eq!(p.max_tokens, 28);
+        let mut p = SamplingParams {
+            max_tokens: 29,
+            ..Default::default()
+        };
+        let err = fit_to_context(100, &mut p, 128, "prompt").unwrap_err();
+        assert!(matches!(err, ApiError::ContextLengthExceeded { .. }));
+        let mut p = SamplingParams::default();
+        assert!(fit_to_context(128, &mut p, 128, "prompt").is_err());
+    }
+
+    #[test]
+    fn out_of_vocabulary_ids_are_refused() {
+        assert!(check_prompt(&[1, 2, 3], 10, "prompt").is_ok());
+        assert!(check_prompt(&[1, 10], 10, "prompt").is_err());
+        assert!(check_prompt(&[], 10, "prompt").is_err());
+    }
+}

@@ -1,0 +1,106 @@
+//! The route table and the small endpoints: models, health, version, load, metrics.
+
+use actix_web::http::Method;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Serialize;
+
+use super::AppState;
+use super::chat::create_chat_completion;
+use super::completions::create_completion;
+use super::errors::ApiError;
+use super::openai_types::{ModelCard, ModelList};
+use crate::scheduler::actor::GetLoad;
+
+/// Every route; unknown paths get an OpenAI-style 404, known paths with the wrong
+/// method a 405.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    macro_rules! resource {
+        ($path:expr, $method:expr, $handler:expr) => {
+            web::resource($path)
+                .route(web::route().method($method).to($handler))
+                .default_service(web::to(method_not_allowed))
+        };
+    }
+    cfg.service(resource!("/v1/models", Method::GET, list_models))
+        .service(resource!(
+            "/v1/completions",
+            Method::POST,
+            create_completion
+        ))
+        .service(resource!(
+            "/v1/chat/completions",
+            Method::POST,
+            create_chat_completion
+        ))
+        .service(resource!("/health", Method::GET, health))
+        .service(resource!("/version", Method::GET, version))
+        .service(resource!("/load", Method::GET, load))
+        .service(resource!("/metrics", Method::GET, metrics))
+        .default_service(web::to(not_found));
+}
+
+async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::route_not_found(&req))
+}
+
+async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.path().to_string(),
+    })
+}
+
+async fn list_models(state: web::Data<AppState>) -> HttpResponse {
+    let m = &state.model;
+    HttpResponse::Ok().json(ModelList::new(vec![ModelCard::new(
+        m.name.clone(),
+        m.created,
+        m.max_model_len as u32,
+    )]))
+}
+
+/// 200 when the engine answers, 503 otherwise.
+async fn health(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    state
+        .scheduler
+        .send(GetLoad)
+        .await
+        .map_err(|_| ApiError::Unavailable("the engine is not running".into()))?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+async fn version() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
+}
+
+#[derive(Serialize)]
+struct Load {
+    running: usize,
+    waiting: usize,
+    swapped: usize,
+    kv_cache_usage: f64,
+}
+
+/// The engine's load for routers and load balancers.
+async fn load(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let s = state
+        .scheduler
+        .send(GetLoad)
+        .await
+        .map_err(|_| ApiError::Unavailable("the engine is not running".into()))?;
+    Ok(HttpResponse::Ok().json(Load {
+        running: s.num_running,
+        waiting: s.num_waiting,
+        swapped: s.num_swapped,
+        kv_cache_usage: s.kv_cache_usage,
+    }))
+}
+
+/// Prometheus text exposition (gzip through the Compress middleware when asked).
+async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let text = crate::stats::exporter::render_metrics(&state.registry)
+        .map_err(|e| ApiError::EngineError(format!("rendering metrics: {e}")))?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(text))
+}

@@ -1,0 +1,478 @@
+//! Request validation: turns a parsed request into [`SamplingParams`] or an
+//! [`ApiError::InvalidParameter`] that names the offending field.
+//!
+//! Rules (OpenAI's ranges unless noted; each error names the parameter):
+//! - `temperature` in `[0, 2]` (default 1).
+//! - `top_p` in `(0, 1]` (default 1).
+//! - `top_k` (vLLM) is `-1`/`0` (disabled) or `>= 1`.
+//! - `min_p` (vLLM) in `[0, 1]` (default 0).
+//! - `n` in `[1, 16]`; `best_of` (completions), if sent, must equal `n`:
+//!   generating extra candidates to rank is not supported.
+//! - `max_tokens` / `max_completion_tokens` `>= 1`. Completions default to 16;
+//!   chat defaults to `u32::MAX` ("up to the context"), which the server
+//!   clamps to `max_model_len - prompt_len`.
+//! - `presence_penalty`, `frequency_penalty` in `[-2, 2]`.
+//! - `repetition_penalty` (vLLM) `> 0` and finite (default 1).
+//! - completions `logprobs` `<= 20` (vLLM's cap; OpenAI's is 5).
+//! - chat `top_logprobs` `<= 20` and only with `logprobs: true`.
+//! - `stop`: at most 4 strings (OpenAI); empty strings are dropped, since
+//!   they would match everywhere.
+//! - `min_tokens` (vLLM): only `0` is supported for now.
+//! - `stream_options` only with `stream: true` (as OpenAI and vLLM).
+//! - completions `echo: true` is not supported.
+//! - `logit_bias` keys are token ids and values in `[-100, 100]`; the map is
+//!   accepted but not applied yet.
+//! - the prompt (or each prompt of a batch) and `messages` must be non-empty.
+//!
+//! Checks needing the model (token ids < vocab size, prompt length vs
+//! context) belong to the server, which knows the tokenizer and
+//! `max_model_len`.
+
+use crate::api::errors::ApiError;
+use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest, PromptInput, StopInput};
+use crate::engine::sampling_params::SamplingParams;
+
+/// Most choices one request may ask for.
+pub const MAX_N: u32 = 16;
+/// Most top logprobs per token.
+pub const MAX_LOGPROBS: u32 = 20;
+/// Most stop strings (OpenAI's limit).
+pub const MAX_STOP: usize = 4;
+
+/// The knobs both endpoints share, with endpoint-specific defaults already
+/// resolved (`max_tokens`, `logprobs`), so the range rules live in one place.
+#[derive(Debug, Clone, Default)]
+pub struct SamplingInputs<'a> {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub min_p: Option<f32>,
+    pub n: Option<u32>,
+    /// Resolved value and the name the client used for it.
+    pub max_tokens: u32,
+    pub max_tokens_param: &'static str,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<&'a StopInput>,
+    pub stop_token_ids: Option<&'a [u32]>,
+    pub ignore_eos: Option<bool>,
+    pub min_tokens: Option<u32>,
+    /// Resolved top-logprobs count and the parameter that carries it.
+    pub logprobs: Option<u32>,
+    pub logprobs_param: &'static str,
+}
+
+fn check_range(
+    param: &str,
+    value: Option<f32>,
+    ok: impl Fn(f32) -> bool,
+    rule: &str,
+) -> Result<(), ApiError> {
+    match value {
+        Some(v) if !ok(v) => Err(ApiError::invalid(
+            param,
+            format!("`{param}` must be {rule}, got {v}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Applies the shared rules (see the module docs) and resolves defaults.
+pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, ApiError> {
+    let d = SamplingParams::default();
+    check_range(
+        "temperature",
+        inputs.temperature,
+        |v| (0.0..=2.0).contains(&v),
+        "between 0 and 2",
+    )?;
+    check_range(
+        "top_p",
+        inputs.top_p,
+        |v| v > 0.0 && v <= 1.0,
+        "greater than 0 and at most 1",
+    )?;
+    check_range(
+        "min_p",
+        inputs.min_p,
+        |v| (0.0..=1.0).contains(&v),
+        "between 0 and 1",
+    )?;
+    for (param, value) in [
+        ("presence_penalty", inputs.presence_penalty),
+        ("frequency_penalty", inputs.frequency_penalty),
+    ] {
+        check_range(
+            param,
+            value,
+            |v| (-2.0..=2.0).contains(&v),
+            "between -2 and 2",
+        )?;
+    }
+    check_range(
+        "repetition_penalty",
+        inputs.repetition_penalty,
+        |v| v > 0.0 && v.is_finite(),
+        "greater than 0",
+    )?;
+
+    let top_k = match inputs.top_k {
+        None | Some(-1) | Some(0) => None,
+        Some(k) if k >= 1 => Some(k.unsigned_abs()),
+        Some(k) => {
+            return Err(ApiError::invalid(
+                "top_k",
+                format!("`top_k` must be -1 (disabled) or at least 1, got {k}"),
+            ));
+        }
+    };
+
+    let n = inputs.n.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
+        return Err(ApiError::invalid(
+            "n",
+            format!("`n` must be between 1 and {MAX_N}, got {n}"),
+        ));
+    }
+    if inputs.max_tokens == 0 {
+        let p = inputs.max_tokens_param;
+        return Err(ApiError::invalid(p, format!("`{p}` must be at least 1")));
+    }
+    if let Some(k) = inputs.logprobs.filter(|&k| k > MAX_LOGPROBS) {
+        let p = inputs.logprobs_param;
+        return Err(ApiError::invalid(
+            p,
+            format!("`{p}` must be at most {MAX_LOGPROBS}, got {k}"),
+        ));
+    }
+    if let Some(m) = inputs.min_tokens.filter(|&m| m > 0) {
+        return Err(ApiError::invalid(
+            "min_tokens",
+            format!("`min_tokens` is not supported (got {m}); omit it or send 0"),
+        ));
+    }
+
+    let stop: Vec<String> = inputs
+        .stop
+        .map(StopInput::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect();
+    if stop.len() > MAX_STOP {
+        return Err(ApiError::invalid(
+            "stop",
+            format!(
+                "`stop` may hold at most {MAX_STOP} strings, got {}",
+                stop.len()
+            ),
+        ));
+    }
+
+    Ok(SamplingParams {
+        temperature: inputs.temperature.unwrap_or(d.temperature),
+        top_p: inputs.top_p.unwrap_or(d.top_p),
+        top_k,
+        min_p: inputs.min_p.unwrap_or(d.min_p),
+        // Bit-cast: any i64 is a valid, deterministic seed.
+        seed: inputs.seed.map(|s| s as u64),
+        presence_penalty: inputs.presence_penalty.unwrap_or(d.presence_penalty),
+        frequency_penalty: inputs.frequency_penalty.unwrap_or(d.frequency_penalty),
+        repetition_penalty: inputs.repetition_penalty.unwrap_or(d.repetition_penalty),
+        max_tokens: inputs.max_tokens,
+        stop,
+        stop_token_ids: inputs
+            .stop_token_ids
+            .map(<[u32]>::to_vec)
+            .unwrap_or_default(),
+        ignore_eos: inputs.ignore_eos.unwrap_or(false),
+        logprobs: inputs.logprobs,
+        n,
+    })
+}
+
+/// `stream_options` is meaningless without streaming; OpenAI rejects it.
+fn check_stream_options(stream: Option<bool>, has_options: bool) -> Result<(), ApiError> {
+    if has_options && stream != Some(true) {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "`stream_options` is only allowed when `stream` is true",
+        ));
+    }
+    Ok(())
+}
+
+fn check_prompt(prompt: &PromptInput) -> Result<(), ApiError> {
+    let empty = match prompt {
+        PromptInput::Text(s) => s.is_empty(),
+        PromptInput::TextBatch(v) => v.is_empty() || v.iter().any(String::is_empty),
+        PromptInput::Tokens(v) => v.is_empty(),
+        PromptInput::TokenBatch(v) => v.is_empty() || v.iter().any(Vec::is_empty),
+    };
+    if empty {
+        return Err(ApiError::invalid(
+            "prompt",
+            "`prompt` must not be empty (nor contain an empty prompt)",
+        ));
+    }
+    Ok(())
+}
+
+impl CompletionRequest {
+    /// Validates the whole request (see the module docs) and returns its
+    /// sampling parameters. The handler's single validation entry point.
+    pub fn sampling_params(&self) -> Result<SamplingParams, ApiError> {
+        check_prompt(&self.prompt)?;
+        check_stream_options(self.stream, self.stream_options.is_some())?;
+        if self.echo == Some(true) {
+            return Err(ApiError::invalid("echo", "`echo` is not supported"));
+        }
+        if let Some(bias) = &self.logit_bias {
+            for (token, value) in bias {
+                if token.parse::<u32>().is_err() || !(-100.0..=100.0).contains(value) {
+                    return Err(ApiError::invalid(
+                        "logit_bias",
+                        format!(
+                            "`logit_bias` maps token ids to values in [-100, 100]; \
+                             got {token:?}: {value}"
+                        ),
+                    ));
+                }
+            }
+            if !bias.is_empty() {
+                tracing::debug!("logit_bias accepted but not applied");
+            }
+        }
+        let params = validate_sampling(&SamplingInputs {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            n: self.n,
+            max_tokens: self
+                .max_tokens
+                .unwrap_or(SamplingParams::default().max_tokens),
+            max_tokens_param: "max_tokens",
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+            stop: self.stop.as_ref(),
+            stop_token_ids: self.stop_token_ids.as_deref(),
+            ignore_eos: self.ignore_eos,
+            min_tokens: self.min_tokens,
+            logprobs: self.logprobs,
+            logprobs_param: "logprobs",
+        })?;
+        if let Some(best_of) = self.best_of.filter(|&b| b != params.n) {
+            return Err(ApiError::invalid(
+                "best_of",
+                format!(
+                    "`best_of` must equal `n` ({}) when set; got {best_of}",
+                    params.n
+                ),
+            ));
+        }
+        Ok(params)
+    }
+}
+
+impl ChatCompletionRequest {
+    /// Validates the whole request (see the module docs) and returns its
+    /// sampling parameters. Message contents are checked by
+    /// [`ChatCompletionRequest::flattened_messages`].
+    pub fn sampling_params(&self) -> Result<SamplingParams, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid(
+                "messages",
+                "`messages` must contain at least one message",
+            ));
+        }
+        check_stream_options(self.stream, self.stream_options.is_some())?;
+        let logprobs_on = self.logprobs == Some(true);
+        if self.top_logprobs.is_some() && !logprobs_on {
+            return Err(ApiError::invalid(
+                "top_logprobs",
+                "`top_logprobs` requires `logprobs` to be true",
+            ));
+        }
+        let (max_tokens, max_tokens_param) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => (m, "max_completion_tokens"),
+            (None, Some(m)) => (m, "max_tokens"),
+            (None, None) => (u32::MAX, "max_tokens"),
+        };
+        validate_sampling(&SamplingInputs {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            n: self.n,
+            max_tokens,
+            max_tokens_param,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+            stop: self.stop.as_ref(),
+            stop_token_ids: self.stop_token_ids.as_deref(),
+            ignore_eos: self.ignore_eos,
+            min_tokens: self.min_tokens,
+            logprobs: logprobs_on.then(|| self.top_logprobs.unwrap_or(0)),
+            logprobs_param: "top_logprobs",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn completion(extra: Value) -> Result<SamplingParams, ApiError> {
+        let mut body = json!({"model": "m", "prompt": "hi"});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        let req: CompletionRequest = serde_json::from_value(body).expect("test body parses");
+        req.sampling_params()
+    }
+
+    fn chat(extra: Value) -> Result<SamplingParams, ApiError> {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        let req: ChatCompletionRequest = serde_json::from_value(body).expect("test body parses");
+        req.sampling_params()
+    }
+
+    fn rejected_param(r: Result<SamplingParams, ApiError>) -> String {
+        match r {
+            Err(e) => e.param().unwrap_or("<none>").to_owned(),
+            Ok(p) => panic!("expected an error, got {p:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let p = completion(json!({})).unwrap();
+        assert_eq!(p, SamplingParams::default());
+        let p = chat(json!({})).unwrap();
+        assert_eq!(p.max_tokens, u32::MAX);
+        assert_eq!(p.logprobs, None);
+    }
+
+    #[test]
+    fn each_bad_value_names_its_parameter() {
+        let cases = [
+            (json!({"temperature": 2.5}), "temperature"),
+            (json!({"temperature": -0.1}), "temperature"),
+            (json!({"top_p": 0}), "top_p"),
+            (json!({"top_p": 1.01}), "top_p"),
+            (json!({"top_k": -2}), "top_k"),
+            (json!({"min_p": 1.5}), "min_p"),
+            (json!({"n": 0}), "n"),
+            (json!({"n": 17}), "n"),
+            (json!({"max_tokens": 0}), "max_tokens"),
+            (json!({"presence_penalty": 2.1}), "presence_penalty"),
+            (json!({"frequency_penalty": -3}), "frequency_penalty"),
+            (json!({"repetition_penalty": 0}), "repetition_penalty"),
+            (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
+            (json!({"min_tokens": 3}), "min_tokens"),
+            (
+                json!({"stream_options": {"include_usage": true}}),
+                "stream_options",
+            ),
+        ];
+        for (body, param) in cases {
+            assert_eq!(
+                rejected_param(completion(body.clone())),
+                param,
+                "completion {body}"
+            );
+            assert_eq!(rejected_param(chat(body.clone())), param, "chat {body}");
+        }
+    }
+
+    #[test]
+    fn completion_specific_rules() {
+        assert_eq!(
+            rejected_param(completion(json!({"logprobs": 21}))),
+            "logprobs"
+        );
+        assert_eq!(rejected_param(completion(json!({"echo": true}))), "echo");
+        assert_eq!(rejected_param(completion(json!({"best_of": 2}))), "best_of");
+        assert!(completion(json!({"best_of": 2, "n": 2})).is_ok());
+        assert_eq!(
+            rejected_param(completion(json!({"logit_bias": {"x": 1}}))),
+            "logit_bias"
+        );
+        assert_eq!(
+            rejected_param(completion(json!({"logit_bias": {"5": 101}}))),
+            "logit_bias"
+        );
+        assert!(completion(json!({"logit_bias": {"5": -100}, "echo": false})).is_ok());
+        for prompt in [json!(""), json!([]), json!(["a", ""]), json!([[1], []])] {
+            assert_eq!(
+                rejected_param(completion(json!({"prompt": prompt}))),
+                "prompt"
+            );
+        }
+        assert_eq!(
+            completion(json!({"logprobs": 0})).unwrap().logprobs,
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn chat_specific_rules() {
+        assert_eq!(
+            rejected_param(chat(json!({"top_logprobs": 2}))),
+            "top_logprobs"
+        );
+        assert_eq!(
+            rejected_param(chat(json!({"logprobs": true, "top_logprobs": 21}))),
+            "top_logprobs"
+        );
+        assert_eq!(chat(json!({"logprobs": true})).unwrap().logprobs, Some(0));
+        let p = chat(json!({"logprobs": true, "top_logprobs": 5})).unwrap();
+        assert_eq!(p.logprobs, Some(5));
+        assert_eq!(rejected_param(chat(json!({"messages": []}))), "messages");
+        let p = chat(json!({"max_tokens": 5, "max_completion_tokens": 9})).unwrap();
+        assert_eq!(p.max_tokens, 9);
+        assert_eq!(
+            rejected_param(chat(json!({"max_tokens": 5, "max_completion_tokens": 0}))),
+            "max_completion_tokens"
+        );
+    }
+
+    #[test]
+    fn accepted_values_are_carried_over() {
+        let p = completion(json!({
+            "temperature": 0, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": -1,
+            "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
+            "max_tokens": 32, "stop": ["\n", ""], "stop_token_ids": [7], "ignore_eos": true,
+            "logprobs": 3, "n": 2
+        }))
+        .unwrap();
+        assert_eq!(p.temperature, 0.0);
+        assert!(p.is_greedy());
+        assert_eq!(p.top_k, Some(40));
+        assert_eq!(p.seed, Some(u64::MAX));
+        assert_eq!(p.stop, vec!["\n".to_owned()]);
+        assert_eq!(p.stop_token_ids, vec![7]);
+        assert!(p.ignore_eos);
+        assert_eq!(p.logprobs, Some(3));
+        assert_eq!((p.n, p.max_tokens), (2, 32));
+        for k in [-1, 0] {
+            assert_eq!(completion(json!({"top_k": k})).unwrap().top_k, None);
+        }
+        assert_eq!(
+            completion(json!({"stop": "END"})).unwrap().stop,
+            vec!["END".to_owned()]
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! One validated `Config`. Precedence: built-in defaults < config file (`--config`) <
+//! environment (`KILN_…`) < command-line flags; clap merges the last two.
+
+mod bytes;
+pub mod cli;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use bytes::parse_bytes;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub model: ModelConfig,
+    pub engine: EngineConfig,
+    pub telemetry: TelemetrySettings,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: u16,
+    /// The model id clients use; empty means the model's own name.
+    pub served_model_name: String,
+    /// Largest accepted request body.
+    pub max_request_body_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// A `.gguf` file or a Hugging Face folder; empty means the default model.
+    pub path: String,
+    /// Where the default model is cached; empty means `$XDG_CACHE_HOME/kiln` or `~/.cache/kiln`.
+    pub cache_dir: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    pub block_size: usize,
+    /// Memory for the KV cache, e.g. "1GiB"; sets the number of blocks.
+    pub kv_cache_memory: String,
+    /// Force this many KV blocks (0: derive from `kv_cache_memory`).
+    pub num_gpu_blocks_override: usize,
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    /// 0: the model's context length.
+    pub max_model_len: usize,
+    /// Requests allowed to wait before new ones get 429.
+    pub max_waiting: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetrySettings {
+    pub enabled: bool,
+    pub engine_prefix: String,
+    pub log_interval_s: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            model: ModelConfig::default(),
+            engine: EngineConfig::default(),
+            telemetry: TelemetrySettings::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: 8000,
+            served_model_name: String::new(),
+            max_request_body_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            cache_dir: String::new(),
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            kv_cache_memory: "1GiB".into(),
+            num_gpu_blocks_override: 0,
+            max_num_seqs: 32,
+            max_num_batched_tokens: 2048,
+            max_model_len: 0,
+            max_waiting: 1024,
+        }
+    }
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            engine_prefix: "vllm:".into(),
+            log_interval_s: 5.0,
+        }
+    }
+}
+
+/// A configuration value was refused; the message names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("invalid value for `{key}`: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+impl Config {
+    /// Reads a TOML file on top of the defaults.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Checks every value; the first bad one is reported with its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let e = &self.engine;
+        if self.server.host.is_empty() {
+            return Err(invalid("server.host", "must not be empty"));
+        }
+        format!("{}:{}", self.server.host, self.server.port)
+            .parse::<SocketAddr>()
+            .map_err(|err| invalid("server.host", err.to_string()))?;
+        if self.server.max_request_body_bytes < 1024 {
+            return Err(invalid(
+                "server.max_request_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if !(1..=1024).contains(&e.block_size) || !e.block_size.is_power_of_two() {
+            return Err(invalid(
+                "engine.block_size",
+                "must be a power of two between 1 and 1024",
+            ));
+        }
+        parse_bytes(&e.kv_cache_memory).map_err(|m| invalid("engine.kv_cache_memory", m))?;
+        if e.max_num_seqs == 0 {
+            return Err(invalid("engine.max_num_seqs", "must be at least 1"));
+        }
+        if e.max_num_batched_tokens < e.max_num_seqs {
+            return Err(invalid(
+                "engine.max_num_batched_tokens",
+                format!("must be at least max_num_seqs ({})", e.max_num_seqs),
+            ));
+        }
+        if e.max_waiting == 0 {
+            return Err(invalid("engine.max_waiting", "must be at least 1"));
+        }
+        let t = &self.telemetry;
+        if !(t.log_interval_s > 0.0 && t.log_interval_s.is_finite()) {
+            return Err(invalid(
+                "telemetry.log_interval_s",
+                "must be a positive number of seconds",
+            ));
+        }
+        if t.engine_prefix
+            .chars()
+            .any(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        {
+            return Err(invalid(
+                "telemetry.engine_prefix",
+                "may contain only ASCII letters, digits, '_' and ':'",
+            ));
+        }
+        Ok(())
+    }
+
+    /// KV cache bytes from `engine.kv_cache_memory` (validated).
+    pub fn kv_cache_bytes(&self) -> u64 {
+        parse_bytes(&self.engine.kv_cache_memory).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documented_defaults_match_the_built_in_ones() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml");
+        let config = Config::from_file(&path).expect("config/default.toml parses");
+        assert_eq!(config, Config::default());
+        config.validate().expect("defaults are valid");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut c = Config::default();
+        c.engine.block_size = 3;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("engine.block_size")
+        );
+        let mut c = Config::default();
+        c.engine.kv_cache_memory = "lots".into();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("engine.kv_cache_memory")
+        );
+    }
+
+    #[test]
+    fn unknown_keys_in_a_file_are_refused_with_their_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[engine]\nmax_num_seq = 4\n").expect("write");
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("max_num_seq"), "{err}");
+    }
+}

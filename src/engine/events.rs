@@ -1,0 +1,64 @@
+//! What the engine tells one request: a tokio channel per request (the hot path, not an
+//! actor message).
+
+use crate::engine::types::FinishReason;
+use crate::stats::data::RequestIntervals;
+
+/// Log-probabilities of one generated position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// Log-probability of the sampled token under the model's distribution.
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Token counts of a finished request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenUsage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// An event on a request's output channel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenEvent {
+    Token {
+        id: u32,
+        logprobs: Option<TokenLogprobs>,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: TokenUsage,
+        /// The request's intervals, defined exactly as the histograms define them.
+        timings: RequestIntervals,
+    },
+    Failed {
+        error: EngineError,
+    },
+}
+
+/// Errors the engine reports to the API.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    #[error("the server is overloaded: {waiting} requests are already waiting")]
+    Overloaded { waiting: usize },
+    #[error("the prompt needs {needed} KV-cache blocks but the cache has only {available}")]
+    TooLong { needed: usize, available: usize },
+    #[error("the model failed while running this request: {0}")]
+    Executor(String),
+    #[error("the engine is not running")]
+    Unavailable,
+}
+
+impl EngineError {
+    /// The `error.type` / `reason` label of this error.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            EngineError::Overloaded { .. } => "queue_full",
+            EngineError::TooLong { .. } => "too_long",
+            EngineError::Executor(_) => "executor_error",
+            EngineError::Unavailable => "unavailable",
+        }
+    }
+}

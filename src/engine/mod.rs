@@ -1,0 +1,6 @@
+//! Types and messages shared by the api, the scheduler and the executor.
+
+pub mod events;
+pub mod messages;
+pub mod sampling_params;
+pub mod types;

@@ -1,0 +1,104 @@
+//! Validated sampling knobs handed from the API layer to the engine.
+//!
+//! This is deliberately a plain value with no serde and no `Option`-for-default
+//! fields: the API layer (`api::validation`) resolves defaults and rejects bad
+//! values once, so the scheduler and sampler never re-check them.
+
+/// Sampling parameters of one request, already validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy. Validated to `[0, 2]`.
+    pub temperature: f32,
+    /// Nucleus mass, `(0, 1]`; 1 disables it.
+    pub top_p: f32,
+    /// `None` disables top-k; `Some(k)` with `k >= 1`.
+    pub top_k: Option<u32>,
+    /// Min-p relative to the most likely token, `[0, 1]`; 0 disables it.
+    pub min_p: f32,
+    pub seed: Option<u64>,
+    /// OpenAI additive penalties, `[-2, 2]`.
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// Multiplicative (CTRL-style) penalty, `> 0`; 1 disables it.
+    pub repetition_penalty: f32,
+    /// Upper bound on generated tokens. `u32::MAX` means "up to the context
+    /// length": the server clamps it to `max_model_len - prompt_len`.
+    pub max_tokens: u32,
+    /// Stop strings; none is empty.
+    pub stop: Vec<String>,
+    /// Extra token ids that end generation (in addition to EOS).
+    pub stop_token_ids: Vec<u32>,
+    /// Keep generating past EOS (benchmarks).
+    pub ignore_eos: bool,
+    /// Number of top logprobs to return per token; `Some(0)` = only the
+    /// sampled token's logprob; `None` = no logprobs at all.
+    pub logprobs: Option<u32>,
+    /// Choices to generate for the prompt.
+    pub n: u32,
+}
+
+impl Default for SamplingParams {
+    /// The OpenAI defaults (and the completions endpoint's `max_tokens` of 16).
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: None,
+            min_p: 0.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            max_tokens: 16,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+            n: 1,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// True when sampling reduces to argmax, so the sampler can skip the
+    /// softmax/sort and every one of the `n` choices is identical.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0 || self.top_k == Some(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_openai() {
+        let p = SamplingParams::default();
+        assert_eq!(p.temperature, 1.0);
+        assert_eq!(p.top_p, 1.0);
+        assert_eq!(p.min_p, 0.0);
+        assert_eq!(p.repetition_penalty, 1.0);
+        assert_eq!(p.max_tokens, 16);
+        assert_eq!(p.n, 1);
+        assert!(!p.is_greedy());
+    }
+
+    #[test]
+    fn greedy_by_temperature_or_top_k() {
+        let t0 = SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        };
+        assert!(t0.is_greedy());
+        let k1 = SamplingParams {
+            top_k: Some(1),
+            ..Default::default()
+        };
+        assert!(k1.is_greedy());
+        let k2 = SamplingParams {
+            top_k: Some(2),
+            ..Default::default()
+        };
+        assert!(!k2.is_greedy());
+    }
+}

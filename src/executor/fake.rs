@@ -1,0 +1,67 @@
+//! A stand-in executor for engine tests: deterministic tokens, and on command a delay, an
+//! error or a panic (burn-lm's fakes).
+
+use std::time::Duration;
+
+use super::{Executor, ExecutorError};
+use crate::scheduler::output::{ModelOutput, SampledToken, SchedulerOutput};
+
+/// What the fake does on a step whose batch contains a given prompt token.
+#[derive(Debug, Clone, Default)]
+pub struct FakeBehaviour {
+    /// Sleep this long every step (to let requests pile up).
+    pub step_delay: Duration,
+    /// Fail the step when a sequence runs this token.
+    pub fail_on_token: Option<u32>,
+    /// Panic when a sequence runs this token.
+    pub panic_on_token: Option<u32>,
+}
+
+/// Emits `(last input token + 1) % vocab` for every sampled sequence.
+#[derive(Debug, Clone)]
+pub struct FakeExecutor {
+    pub vocab_size: u32,
+    pub behaviour: FakeBehaviour,
+    pub steps: usize,
+}
+
+impl FakeExecutor {
+    pub fn new(vocab_size: u32, behaviour: FakeBehaviour) -> Self {
+        Self {
+            vocab_size,
+            behaviour,
+            steps: 0,
+        }
+    }
+}
+
+impl Executor for FakeExecutor {
+    fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+        self.steps += 1;
+        if !self.behaviour.step_delay.is_zero() {
+            std::thread::sleep(self.behaviour.step_delay);
+        }
+        let runs = |t: Option<u32>| {
+            t.is_some_and(|t| batch.sequences.iter().any(|s| s.token_ids.contains(&t)))
+        };
+        if runs(self.behaviour.panic_on_token) {
+            panic!("fake executor told to panic");
+        }
+        if runs(self.behaviour.fail_on_token) {
+            return Err(ExecutorError::Failed("fake executor told to fail".into()));
+        }
+        let sampled = batch
+            .sequences
+            .iter()
+            .map(|s| {
+                s.sample.then(|| SampledToken {
+                    token: (s.token_ids.last().copied().unwrap_or(0) + 1) % self.vocab_size,
+                    logprobs: None,
+                })
+            })
+            .collect();
+        Ok(ModelOutput { sampled })
+    }
+
+    fn reset(&mut self) {}
+}

@@ -1,0 +1,17 @@
+//! The executor: runs a `SchedulerOutput` through the model on its own thread.
+
+pub mod actor;
+pub mod fake;
+pub mod model_runner;
+pub mod sampler;
+
+pub use actor::{ExecuteBatch, ExecutorActor, ExecutorError, start_executor};
+
+use crate::scheduler::output::{ModelOutput, SchedulerOutput};
+
+/// Something that can run a step: the burn model, or a fake in tests.
+pub trait Executor: Send + Unpin + 'static {
+    fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError>;
+    /// Discards all device state after a failure (the KV cache may be half-written).
+    fn reset(&mut self);
+}

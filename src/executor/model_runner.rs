@@ -1,0 +1,84 @@
+//! The real executor: the burn Llama, its paged KV cache, and the sampler.
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::sampler::{SamplingContext, sample, token_rng};
+use super::{Executor, ExecutorError};
+use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
+use crate::model::Backend;
+use crate::model::llama::{Llama, SequenceBatch};
+use crate::scheduler::output::{ModelOutput, SchedulerOutput};
+
+pub struct ModelRunner {
+    model: Llama<Backend>,
+    cache: PagedKvCache<Backend>,
+    rng: StdRng,
+}
+
+impl ModelRunner {
+    pub fn new(model: Llama<Backend>, geometry: CacheGeometry) -> Self {
+        let cache = PagedKvCache::new(geometry, &model.device);
+        Self {
+            model,
+            cache,
+            rng: StdRng::from_os_rng(),
+        }
+    }
+
+    /// Logits of every sampled sequence, row-major `[rows, vocab]` (for tests and parity).
+    pub fn logits(&mut self, batch: &SchedulerOutput) -> Vec<f32> {
+        let seqs: Vec<SequenceBatch> = batch
+            .sequences
+            .iter()
+            .map(|s| SequenceBatch {
+                token_ids: s.token_ids.clone(),
+                start_position: s.start_position,
+                block_table: s.block_table.clone(),
+                wants_logits: s.sample,
+            })
+            .collect();
+        if !seqs.iter().any(|s| !s.token_ids.is_empty()) {
+            return Vec::new();
+        }
+        let logits = self.model.forward(&seqs, &mut self.cache);
+        logits.into_data().into_vec::<f32>().unwrap_or_default()
+    }
+}
+
+impl Executor for ModelRunner {
+    fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+        let vocab = self.model.config.vocab_size;
+        let mut logits = self.logits(batch);
+        let wanted = batch.sequences.iter().filter(|s| s.sample).count();
+        if logits.len() != wanted * vocab {
+            return Err(ExecutorError::Failed(format!(
+                "expected {wanted} rows of logits, got {} values",
+                logits.len()
+            )));
+        }
+        let mut rows = logits.chunks_mut(vocab);
+        let sampled = batch
+            .sequences
+            .iter()
+            .map(|s| {
+                if !s.sample {
+                    return None;
+                }
+                let row = rows.next().expect("one row per sampled sequence");
+                let ctx = SamplingContext {
+                    params: &s.params,
+                    output_token_ids: &s.output_token_ids,
+                    prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
+                };
+                let mut rng = token_rng(s.params.seed, s.output_token_ids.len(), &mut self.rng);
+                Some(sample(row, &ctx, &mut rng))
+            })
+            .collect();
+        Ok(ModelOutput { sampled })
+    }
+
+    fn reset(&mut self) {
+        self.cache = PagedKvCache::new(self.cache.geometry(), &self.model.device);
+    }
+}

@@ -1,0 +1,249 @@
+//! Turns one row of logits into a token: penalties, then greedy or temperature / top-k /
+//! top-p / min-p sampling; log-probabilities come from the model's raw distribution.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::engine::events::TokenLogprobs;
+use crate::engine::sampling_params::SamplingParams;
+use crate::scheduler::output::SampledToken;
+
+/// What the sampler needs to know about a sequence besides its logits.
+pub struct SamplingContext<'a> {
+    pub params: &'a SamplingParams,
+    pub output_token_ids: &'a [u32],
+    pub prompt_token_ids: Option<&'a [u32]>,
+}
+
+/// A per-token RNG: seeded requests draw from a stream fixed by (seed, position), so the
+/// same seed gives the same output whatever else is in the batch or whether it was preempted.
+pub fn token_rng(seed: Option<u64>, generated: usize, fallback: &mut StdRng) -> StdRng {
+    match seed {
+        Some(seed) => {
+            StdRng::seed_from_u64(seed ^ (generated as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        }
+        None => StdRng::seed_from_u64(fallback.random()),
+    }
+}
+
+/// Samples one token from `logits` (modified in place).
+pub fn sample(logits: &mut [f32], ctx: &SamplingContext<'_>, rng: &mut StdRng) -> SampledToken {
+    let params = ctx.params;
+    let raw_log_norm = params.logprobs.map(|_| log_sum_exp(logits));
+    let raw = params.logprobs.map(|_| logits.to_vec());
+    apply_penalties(logits, ctx);
+    let token = if params.is_greedy() {
+        argmax(logits)
+    } else {
+        sample_filtered(logits, params, rng)
+    };
+    let logprobs = raw.zip(raw_log_norm).map(|(raw, norm)| {
+        let top_n = params.logprobs.unwrap_or(0) as usize;
+        TokenLogprobs {
+            logprob: raw[token as usize] - norm,
+            top: top_indices(&raw, top_n)
+                .into_iter()
+                .map(|i| (i as u32, raw[i] - norm))
+                .collect(),
+        }
+    });
+    SampledToken { token, logprobs }
+}
+
+/// Repetition (prompt + output, multiplicative, as in HF/vLLM), then frequency and
+/// presence (output only, additive, as in OpenAI).
+fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext<'_>) {
+    let p = ctx.params;
+    if p.repetition_penalty != 1.0 {
+        let mut seen = vec![false; logits.len()];
+        let prompt = ctx.prompt_token_ids.unwrap_or(&[]);
+        for &t in prompt.iter().chain(ctx.output_token_ids) {
+            if let Some(s) = seen.get_mut(t as usize) {
+                *s = true;
+            }
+        }
+        for (logit, seen) in logits.iter_mut().zip(seen) {
+            if seen {
+                *logit = if *logit > 0.0 {
+                    *logit / p.repetition_penalty
+                } else {
+                    *logit * p.repetition_penalty
+                };
+            }
+        }
+    }
+    if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+        let mut counts = std::collections::HashMap::<u32, u32>::new();
+        for &t in ctx.output_token_ids {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (t, count) in counts {
+            if let Some(logit) = logits.get_mut(t as usize) {
+                *logit -= p.frequency_penalty * count as f32 + p.presence_penalty;
+            }
+        }
+    }
+}
+
+fn sample_filtered(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> u32 {
+    let inv_t = 1.0 / params.temperature.max(1e-5);
+    // Candidates sorted by logit, best first; top-k cuts before the sort.
+    let mut candidates: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l * inv_t))
+        .collect();
+    let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1);
+    if let Some(k) = params
+        .top_k
+        .map(|k| k as usize)
+        .filter(|&k| k > 0 && k < candidates.len())
+    {
+        candidates.select_nth_unstable_by(k - 1, by_logit_desc);
+        candidates.truncate(k);
+    }
+    candidates.sort_unstable_by(by_logit_desc);
+    let max = candidates[0].1;
+    let mut probs: Vec<f32> = candidates.iter().map(|&(_, l)| (l - max).exp()).collect();
+    let total: f32 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    let mut keep = probs.len();
+    if params.top_p < 1.0 {
+        let mut cumulative = 0.0;
+        for (i, p) in probs.iter().enumerate() {
+            cumulative += p;
+            if cumulative >= params.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    if params.min_p > 0.0 {
+        let threshold = probs[0] * params.min_p;
+        keep = keep.min(probs.iter().take_while(|&&p| p >= threshold).count().max(1));
+    }
+    let kept_total: f32 = probs[..keep].iter().sum();
+    let mut draw = rng.random::<f32>() * kept_total;
+    for (i, p) in probs[..keep].iter().enumerate() {
+        if draw < *p {
+            return candidates[i].0;
+        }
+        draw -= p;
+    }
+    candidates[keep - 1].0
+}
+
+pub fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in values.iter().enumerate() {
+        if *v > values[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn log_sum_exp(values: &[f32]) -> f32 {
+    let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    max + values.iter().map(|v| (v - max).exp()).sum::<f32>().ln()
+}
+
+fn top_indices(values: &[f32], n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut idx: Vec<usize> = (0..values.len()).collect();
+    let n = n.min(idx.len());
+    idx.select_nth_unstable_by(n - 1, |&a, &b| values[b].total_cmp(&values[a]));
+    idx.truncate(n);
+    idx.sort_unstable_by(|&a, &b| values[b].total_cmp(&values[a]));
+    idx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
+        let mut p = SamplingParams::default();
+        f(&mut p);
+        p
+    }
+
+    fn draw(logits: &[f32], p: &SamplingParams, seed: u64, output: &[u32]) -> SampledToken {
+        let ctx = SamplingContext {
+            params: p,
+            output_token_ids: output,
+            prompt_token_ids: None,
+        };
+        let mut rng = token_rng(Some(seed), output.len(), &mut StdRng::seed_from_u64(0));
+        sample(&mut logits.to_vec(), &ctx, &mut rng)
+    }
+
+    #[test]
+    fn greedy_takes_the_argmax() {
+        let p = params(|p| p.temperature = 0.0);
+        assert_eq!(draw(&[0.1, 3.0, 2.9, -1.0], &p, 1, &[]).token, 1);
+    }
+
+    #[test]
+    fn same_seed_same_token_and_top_k_one_is_greedy() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let p = params(|p| p.temperature = 1.5);
+        let a: Vec<u32> = (0..20)
+            .map(|i| draw(&logits, &p, 7, &vec![0; i]).token)
+            .collect();
+        let b: Vec<u32> = (0..20)
+            .map(|i| draw(&logits, &p, 7, &vec![0; i]).token)
+            .collect();
+        assert_eq!(a, b);
+        assert!(
+            a.iter().any(|&t| t != a[0]),
+            "temperature 1.5 should vary: {a:?}"
+        );
+        let k1 = params(|p| {
+            p.temperature = 1.5;
+            p.top_k = Some(1);
+        });
+        assert_eq!(draw(&logits, &k1, 3, &[]).token, argmax(&logits));
+    }
+
+    #[test]
+    fn top_p_and_min_p_exclude_unlikely_tokens() {
+        // Token 0 holds ~88% of the mass; top_p 0.5 and min_p 0.5 both keep only it.
+        let logits = [4.0, 2.0, 0.0, 0.0];
+        for p in [params(|p| p.top_p = 0.5), params(|p| p.min_p = 0.5)] {
+            for seed in 0..50 {
+                assert_eq!(draw(&logits, &p, seed, &[]).token, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn penalties_push_repeated_tokens_down() {
+        let p = params(|p| {
+            p.temperature = 0.0;
+            p.frequency_penalty = 2.0;
+        });
+        assert_eq!(draw(&[3.0, 2.0], &p, 0, &[0]).token, 1);
+        let r = params(|p| {
+            p.temperature = 0.0;
+            p.repetition_penalty = 2.0;
+        });
+        assert_eq!(draw(&[3.0, 2.0], &r, 0, &[0]).token, 1);
+    }
+
+    #[test]
+    fn logprobs_are_normalised_and_sorted() {
+        let p = params(|p| {
+            p.temperature = 0.0;
+            p.logprobs = Some(2);
+        });
+        let lp = draw(&[1.0, 3.0, 2.0], &p, 0, &[])
+            .logprobs
+            .expect("requested");
+        let total: f32 = [1.0f32, 3.0, 2.0].iter().map(|l| (l - 3.0f32).exp()).sum();
+        assert!((lp.logprob - (-(total.ln()))).abs() < 1e-5);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2]);
+    }
+}

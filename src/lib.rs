@@ -1,0 +1,15 @@
+//! kiln: an OpenAI-compatible LLM inference server whose engine reports its own telemetry.
+//!
+//! Four actors (see `DESIGN.md`): the HTTP api, the [`scheduler`], the [`executor`] on its
+//! own thread, and the [`stats`] collector, exchanging messages.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod executor;
+pub mod kv_cache;
+pub mod model;
+pub mod scheduler;
+pub mod server;
+pub mod stats;
+pub mod testing;

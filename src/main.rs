@@ -1,0 +1,41 @@
+//! The `kiln` binary: `kiln serve` and `kiln fetch-model`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kiln::config::cli::{Cli, Command};
+use kiln::model::fetch::{default_cache_dir, ensure_default_model};
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => args
+            .resolve()
+            .map_err(anyhow::Error::from)
+            .and_then(|config| kiln::server::run_blocking(config)),
+        Command::FetchModel(args) => {
+            let dir = args.cache_dir.unwrap_or_else(default_cache_dir);
+            ensure_default_model(&dir)
+                .map(|path| {
+                    // The path is the command's output, for scripts.
+                    use std::io::Write;
+                    let _ = writeln!(std::io::stdout(), "{}", path.display());
+                })
+                .map_err(anyhow::Error::from)
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

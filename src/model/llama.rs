@@ -1,0 +1,181 @@
+//! The Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU) in burn,
+//! running a flattened batch of sequences against the paged KV cache.
+
+use burn::tensor::{Int, Tensor, TensorData, activation::silu, backend::Backend};
+
+use super::attention::causal_gqa;
+use super::config::LlamaConfig;
+use super::rope::RotaryEmbedding;
+use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
+
+/// One sequence's share of a forward pass.
+#[derive(Debug, Clone)]
+pub struct SequenceBatch {
+    /// Tokens to run (a prompt chunk, or the last generated token).
+    pub token_ids: Vec<u32>,
+    /// Position of the first of `token_ids`; earlier positions are already cached.
+    pub start_position: usize,
+    /// Physical block ids covering positions `0 .. start_position + token_ids.len()`.
+    pub block_table: Vec<u32>,
+    /// Whether the logits of the last token are wanted (false for a non-final prompt chunk).
+    pub wants_logits: bool,
+}
+
+/// The per-layer weights, with projections stored `[in, out]` so `x.matmul(w)` applies them.
+#[derive(Debug, Clone)]
+pub struct DecoderLayer<B: Backend> {
+    pub attn_norm: Tensor<B, 1>,
+    /// Q, K and V projections side by side: `[hidden, (heads + 2 * kv_heads) * head_dim]`.
+    pub qkv: Tensor<B, 2>,
+    /// `[heads * head_dim, hidden]`
+    pub attn_out: Tensor<B, 2>,
+    pub ffn_norm: Tensor<B, 1>,
+    /// Gate and up projections side by side: `[hidden, 2 * intermediate]`.
+    pub gate_up: Tensor<B, 2>,
+    /// `[intermediate, hidden]`
+    pub down: Tensor<B, 2>,
+}
+
+/// A loaded Llama model.
+#[derive(Debug, Clone)]
+pub struct Llama<B: Backend> {
+    pub config: LlamaConfig,
+    /// `[vocab, hidden]`
+    pub embed: Tensor<B, 2>,
+    pub layers: Vec<DecoderLayer<B>>,
+    pub final_norm: Tensor<B, 1>,
+    /// `[hidden, vocab]` (the transposed embedding when tied).
+    pub lm_head: Tensor<B, 2>,
+    pub rope: RotaryEmbedding<B>,
+    pub device: B::Device,
+}
+
+/// Index data prepared once per step and shared by every layer.
+struct StepLayout<B: Backend> {
+    write_runs: Vec<SlotRun>,
+    /// Per sequence: first row in the flattened batch, rows, and context slot ids.
+    sequences: Vec<(usize, usize, Tensor<B, 1, Int>)>,
+}
+
+impl<B: Backend> Llama<B> {
+    /// Runs one step for a batch of sequences and returns the logits of the last token of
+    /// each sequence that asked for them, in batch order.
+    ///
+    /// # Shapes
+    /// - output: `[sequences wanting logits, vocab]`
+    pub fn forward(&self, batch: &[SequenceBatch], cache: &mut PagedKvCache<B>) -> Tensor<B, 2> {
+        let block_size = cache.geometry().block_size;
+        let mut ids = Vec::new();
+        let mut positions = Vec::new();
+        let mut layout = StepLayout {
+            write_runs: Vec::new(),
+            sequences: Vec::with_capacity(batch.len()),
+        };
+        let mut logit_rows = Vec::new();
+        for seq in batch {
+            let row = ids.len();
+            let len = seq.token_ids.len();
+            let context = seq.start_position + len;
+            ids.extend(seq.token_ids.iter().map(|&t| t as i64));
+            positions.extend((seq.start_position..context).map(|p| p as i64));
+            layout.write_runs.extend(slot_runs(
+                &seq.block_table,
+                block_size,
+                seq.start_position,
+                len,
+                row,
+            ));
+            let slots = context_slots(&seq.block_table, block_size, context);
+            layout.sequences.push((row, len, self.int_tensor(slots)));
+            if seq.wants_logits {
+                logit_rows.push((row + len - 1) as i64);
+            }
+        }
+        let (cos, sin) = self.rope.tables(self.int_tensor(positions));
+        let mut x = self.embed.clone().select(0, self.int_tensor(ids));
+        for (index, layer) in self.layers.iter().enumerate() {
+            x = self.layer_forward(index, layer, x, &cos, &sin, &layout, cache);
+        }
+        let last = x.select(0, self.int_tensor(logit_rows));
+        let normed = rms_norm(last, &self.final_norm, self.config.rms_norm_eps);
+        normed.matmul(self.lm_head.clone())
+    }
+
+    /// # Shapes
+    /// - x: `[tokens, hidden]`, cos/sin: `[tokens, 1, head_dim / 2]`
+    /// - output: `[tokens, hidden]`
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward(
+        &self,
+        index: usize,
+        layer: &DecoderLayer<B>,
+        x: Tensor<B, 2>,
+        cos: &Tensor<B, 3>,
+        sin: &Tensor<B, 3>,
+        layout: &StepLayout<B>,
+        cache: &mut PagedKvCache<B>,
+    ) -> Tensor<B, 2> {
+        let c = &self.config;
+        let [tokens, _] = x.dims();
+        let q_dim = c.num_heads * c.head_dim;
+        let kv_dim = c.kv_dim();
+
+        let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_norm_eps);
+        let qkv = h.matmul(layer.qkv.clone());
+        let q = qkv
+            .clone()
+            .narrow(1, 0, q_dim)
+            .reshape([tokens, c.num_heads, c.head_dim]);
+        let k = qkv
+            .clone()
+            .narrow(1, q_dim, kv_dim)
+            .reshape([tokens, c.num_kv_heads, c.head_dim]);
+        let v = qkv.narrow(1, q_dim + kv_dim, kv_dim);
+        let q = RotaryEmbedding::apply(q, cos, sin);
+        let k = RotaryEmbedding::apply(k, cos, sin).reshape([tokens, kv_dim]);
+        cache.write(index, &layout.write_runs, k, v);
+
+        let outputs: Vec<Tensor<B, 2>> = layout
+            .sequences
+            .iter()
+            .map(|(row, len, slots)| {
+                let (k_ctx, v_ctx) = cache.gather(index, slots.clone());
+                causal_gqa(
+                    q.clone().narrow(0, *row, *len),
+                    k_ctx,
+                    v_ctx,
+                    c.num_kv_heads,
+                )
+            })
+            .collect();
+        let attn = if outputs.len() == 1 {
+            outputs.into_iter().next().expect("one output")
+        } else {
+            Tensor::cat(outputs, 0)
+        };
+        let x = x + attn.matmul(layer.attn_out.clone());
+
+        let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_norm_eps);
+        let gate_up = h.matmul(layer.gate_up.clone());
+        let gate = gate_up.clone().narrow(1, 0, c.intermediate_size);
+        let up = gate_up.narrow(1, c.intermediate_size, c.intermediate_size);
+        x + (silu(gate) * up).matmul(layer.down.clone())
+    }
+
+    fn int_tensor(&self, values: Vec<i64>) -> Tensor<B, 1, Int> {
+        let n = values.len();
+        Tensor::from_data(TensorData::new(values, [n]), &self.device)
+    }
+}
+
+/// Root-mean-square normalisation over the last dimension.
+///
+/// # Shapes
+/// - x: `[rows, hidden]`, weight: `[hidden]`
+/// - output: `[rows, hidden]`
+pub fn rms_norm<B: Backend>(x: Tensor<B, 2>, weight: &Tensor<B, 1>, eps: f32) -> Tensor<B, 2> {
+    let [_, hidden] = x.dims();
+    let mean_square = (x.clone() * x.clone()).mean_dim(1);
+    let inv_rms = mean_square.add_scalar(eps).sqrt().recip();
+    x * inv_rms * weight.clone().reshape([1, hidden])
+}

@@ -1,0 +1,25 @@
+//! The model: Llama in burn, weight formats, tokenizer, chat template, default-model fetch.
+
+pub mod attention;
+pub mod chat_template;
+pub mod config;
+pub mod error;
+pub mod fetch;
+pub mod gguf;
+pub mod llama;
+pub mod loader;
+pub mod rope;
+pub mod sources;
+pub mod tokenizer;
+pub mod weights;
+
+/// The burn backend kiln runs on: CUDA with the `cuda` feature, else the CPU `flex` backend.
+#[cfg(feature = "cuda")]
+pub type Backend = burn::backend::Cuda;
+#[cfg(not(feature = "cuda"))]
+pub type Backend = burn::backend::Flex;
+
+/// The device models are placed on.
+pub fn default_device() -> burn::tensor::Device<Backend> {
+    Default::default()
+}

@@ -1,0 +1,10 @@
+//! The scheduler: a pure policy (`Scheduler`) and its actor shell (`SchedulerActor`).
+
+pub mod actor;
+pub mod output;
+pub mod policy;
+pub mod request;
+mod timing;
+
+pub use policy::{Scheduler, SchedulerConfig, StepResult};
+pub use request::NewRequest;

@@ -1,0 +1,59 @@
+//! What the scheduler asks the executor to run, and what comes back.
+
+use std::sync::Arc;
+
+use crate::engine::events::TokenLogprobs;
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::RequestId;
+
+/// One sequence's work in a step.
+#[derive(Debug, Clone)]
+pub struct ScheduledSequence {
+    pub id: RequestId,
+    /// Tokens to run this step (a prompt chunk, a recompute, or the last sampled token).
+    pub token_ids: Vec<u32>,
+    /// Position of `token_ids[0]`.
+    pub start_position: usize,
+    /// Blocks covering positions `0 .. start_position + token_ids.len()`.
+    pub block_table: Vec<u32>,
+    /// Whether a token is sampled after this step (false for a non-final prompt chunk).
+    pub sample: bool,
+    pub params: Arc<SamplingParams>,
+    /// Tokens generated so far (penalties; the seeded RNG stream position).
+    pub output_token_ids: Vec<u32>,
+    /// Prompt tokens, sent only when the repetition penalty needs them.
+    pub prompt_token_ids: Option<Arc<Vec<u32>>>,
+}
+
+/// One engine step: the batch handed to the executor.
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerOutput {
+    pub sequences: Vec<ScheduledSequence>,
+    /// Blocks to copy device → host before the step (swap out), as (device, host) pairs.
+    pub swap_out: Vec<(u32, u32)>,
+    /// Blocks to copy host → device before the step (swap in), as (host, device) pairs.
+    pub swap_in: Vec<(u32, u32)>,
+}
+
+impl SchedulerOutput {
+    pub fn is_empty(&self) -> bool {
+        self.sequences.is_empty() && self.swap_out.is_empty() && self.swap_in.is_empty()
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.sequences.iter().map(|s| s.token_ids.len()).sum()
+    }
+}
+
+/// A sampled token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledToken {
+    pub token: u32,
+    pub logprobs: Option<TokenLogprobs>,
+}
+
+/// The executor's answer: one entry per scheduled sequence, `None` where `sample` was false.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelOutput {
+    pub sampled: Vec<Option<SampledToken>>,
+}

@@ -1,0 +1,384 @@
+//! The scheduler's policy as a plain struct with synchronous methods: continuous batching,
+//! FCFS admission, chunked prefill within the token budget, preemption by recompute.
+//! Tests drive it directly; `SchedulerActor` is a thin shell around it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::output::{ModelOutput, ScheduledSequence, SchedulerOutput};
+use super::request::{NewRequest, Request};
+use crate::engine::events::{EngineError, TokenEvent, TokenUsage};
+use crate::engine::messages::AbortReason;
+use crate::engine::types::{FinishReason, RequestId};
+use crate::kv_cache::block_manager::BlockManager;
+use crate::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
+
+/// Limits the scheduler enforces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfig {
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    pub max_model_len: usize,
+    /// Requests allowed to wait; beyond it `add` refuses with `Overloaded`.
+    pub max_waiting: usize,
+    pub num_gpu_blocks: usize,
+    pub block_size: usize,
+}
+
+/// Events for requests plus the step's stats.
+#[derive(Debug, Default)]
+pub struct StepResult {
+    pub events: Vec<(RequestId, TokenEvent)>,
+    pub scheduler_stats: SchedulerStats,
+    pub iteration_stats: IterationStats,
+}
+
+/// Continuous-batching scheduler over a paged KV cache.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    blocks: BlockManager,
+    waiting: VecDeque<Request>,
+    running: Vec<Request>,
+    /// Tokens that end generation unless `ignore_eos` (EOS and end-of-turn tokens).
+    end_of_generation: Vec<u32>,
+    /// Finished-request stats and preemptions not yet reported in a `StepResult`.
+    pending: IterationStats,
+    preemptions: u64,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig, end_of_generation: Vec<u32>) -> Self {
+        let blocks = BlockManager::new(config.num_gpu_blocks, config.block_size);
+        Self {
+            config,
+            blocks,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            end_of_generation,
+            pending: IterationStats::default(),
+            preemptions: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Queues a request, or refuses it at the door.
+    pub fn add(&mut self, request: NewRequest, now: Instant) -> Result<(), EngineError> {
+        if self.waiting.len() >= self.config.max_waiting {
+            return Err(EngineError::Overloaded {
+                waiting: self.waiting.len(),
+            });
+        }
+        // The prompt plus one generated token must fit the whole cache, or it never runs.
+        let needed = self.blocks.blocks_for(request.prompt_token_ids.len() + 1);
+        if needed > self.blocks.num_blocks() {
+            return Err(EngineError::TooLong {
+                needed,
+                available: self.blocks.num_blocks(),
+            });
+        }
+        self.waiting.push_back(Request::new(request, now));
+        Ok(())
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Chooses the next batch: running requests first (decodes and prompt chunks), then
+    /// waiting ones in arrival order while the token budget, the sequence limit and the
+    /// cache allow. When blocks run out, the newest running request is preempted.
+    pub fn schedule(&mut self, now: Instant) -> SchedulerOutput {
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut sequences = Vec::new();
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let num_new = (self.running[i].total_len() - self.running[i].num_computed).min(budget);
+            let target = self.running[i].num_computed + num_new;
+            let mut fits = true;
+            while self
+                .blocks
+                .allocate_slots(&self.running[i].id, target)
+                .is_none()
+            {
+                let victim = self.running.len() - 1;
+                self.preempt_by_recompute(victim);
+                preempted = true;
+                if victim == i {
+                    fits = false;
+                    break;
+                }
+            }
+            if !fits {
+                break;
+            }
+            budget -= num_new;
+            sequences.push(self.scheduled(&self.running[i], num_new));
+            i += 1;
+        }
+        // Admitting new work in a step that had to preempt would only thrash.
+        while !preempted && budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(request) = self.waiting.front() else {
+                break;
+            };
+            let num_new = (request.total_len() - request.num_computed).min(budget);
+            if self
+                .blocks
+                .allocate_slots(&request.id, request.num_computed + num_new)
+                .is_none()
+            {
+                break;
+            }
+            let mut request = self.waiting.pop_front().expect("front exists");
+            request.timestamps.scheduled.get_or_insert(now);
+            budget -= num_new;
+            sequences.push(self.scheduled(&request, num_new));
+            self.running.push(request);
+        }
+        SchedulerOutput {
+            sequences,
+            ..Default::default()
+        }
+    }
+
+    fn scheduled(&self, request: &Request, num_new: usize) -> ScheduledSequence {
+        let params = &request.params;
+        ScheduledSequence {
+            id: request.id.clone(),
+            token_ids: request.tokens(request.num_computed, num_new),
+            start_position: request.num_computed,
+            block_table: self.blocks.block_table(&request.id).to_vec(),
+            sample: request.num_computed + num_new == request.total_len(),
+            params: Arc::clone(params),
+            output_token_ids: request.output.clone(),
+            prompt_token_ids: (params.repetition_penalty != 1.0)
+                .then(|| Arc::clone(&request.prompt)),
+        }
+    }
+
+    /// Frees a running request's blocks and puts it back at the head of the queue; its
+    /// prompt and generated tokens are recomputed when it runs again.
+    fn preempt_by_recompute(&mut self, index: usize) {
+        let mut request = self.running.remove(index);
+        self.blocks.free(&request.id);
+        request.num_computed = 0;
+        self.preemptions += 1;
+        tracing::debug!(id = %request.id, "preempted (recompute)");
+        self.waiting.push_front(request);
+    }
+
+    /// Applies the executor's output for `batch`: advances every sequence, appends sampled
+    /// tokens, finishes requests that hit a stop condition and frees their blocks.
+    pub fn update_from_output(
+        &mut self,
+        batch: &SchedulerOutput,
+        output: ModelOutput,
+        now: Instant,
+    ) -> StepResult {
+        let mut result = StepResult::default();
+        let mut iteration = std::mem::take(&mut self.pending);
+        iteration.num_batched_tokens += batch.num_tokens() as u64;
+        for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
+            // A request aborted while its batch ran is already gone.
+            let Some(index) = self.running.iter().position(|r| r.id == seq.id) else {
+                continue;
+            };
+            let request = &mut self.running[index];
+            let prompt_len = request.prompt.len();
+            let start = request.num_computed;
+            request.num_computed += seq.token_ids.len();
+            iteration.num_prefill_tokens_computed +=
+                (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
+            let Some(sampled) = sampled else { continue };
+            if !request.prefill_counted {
+                request.prefill_counted = true;
+                iteration.num_prompt_tokens += prompt_len as u64;
+            }
+            request.output.push(sampled.token);
+            iteration.num_generation_tokens += 1;
+            let ts = &mut request.timestamps;
+            match ts.last_token {
+                None => iteration
+                    .time_to_first_token_s
+                    .push(now.saturating_duration_since(ts.arrival).as_secs_f64()),
+                Some(last) => iteration
+                    .inter_token_latency_s
+                    .push(now.saturating_duration_since(last).as_secs_f64()),
+            }
+            ts.first_token.get_or_insert(now);
+            ts.last_token = Some(now);
+            result.events.push((
+                request.id.clone(),
+                TokenEvent::Token {
+                    id: sampled.token,
+                    logprobs: sampled.logprobs,
+                },
+            ));
+            if let Some(reason) = self.stop_reason(index, sampled.token) {
+                let (id, event, stats) = self.finish_running(index, reason, None, now);
+                result.events.push((id, event));
+                iteration.finished.push(stats);
+            }
+        }
+        result.iteration_stats = iteration;
+        result.scheduler_stats = self.make_stats();
+        result
+    }
+
+    fn stop_reason(&self, index: usize, token: u32) -> Option<FinishReason> {
+        let request = &self.running[index];
+        let params = &request.params;
+        if (!params.ignore_eos && self.end_of_generation.contains(&token))
+            || params.stop_token_ids.contains(&token)
+        {
+            return Some(FinishReason::Stop);
+        }
+        if request.output.len() >= params.max_tokens as usize
+            || request.total_len() >= self.config.max_model_len
+        {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    fn finish_running(
+        &mut self,
+        index: usize,
+        reason: FinishReason,
+        error_type: Option<&'static str>,
+        now: Instant,
+    ) -> (RequestId, TokenEvent, FinishedRequestStats) {
+        let request = self.running.remove(index);
+        self.blocks.free(&request.id);
+        Self::finish(request, reason, error_type, now)
+    }
+
+    fn finish(
+        mut request: Request,
+        reason: FinishReason,
+        error_type: Option<&'static str>,
+        now: Instant,
+    ) -> (RequestId, TokenEvent, FinishedRequestStats) {
+        request.timestamps.finished = Some(now);
+        let intervals = request.timestamps.intervals(request.output.len());
+        let usage = TokenUsage {
+            prompt_tokens: request.prompt.len(),
+            completion_tokens: request.output.len(),
+        };
+        let stats = FinishedRequestStats {
+            finish_reason: reason,
+            operation: request.operation,
+            error_type,
+            prompt_tokens: usage.prompt_tokens as u64,
+            generation_tokens: usage.completion_tokens as u64,
+            max_tokens: u64::from(request.params.max_tokens),
+            n: u64::from(request.params.n),
+            intervals,
+        };
+        let event = TokenEvent::Finished {
+            reason,
+            usage,
+            timings: intervals,
+        };
+        (request.id, event, stats)
+    }
+
+    /// Ends a request wherever it is and frees its blocks. Returns its final event, or
+    /// `None` when the id is unknown (already finished).
+    pub fn abort(
+        &mut self,
+        id: &RequestId,
+        reason: AbortReason,
+        now: Instant,
+    ) -> Option<TokenEvent> {
+        let finish_reason = match reason {
+            AbortReason::ClientGone => FinishReason::Abort,
+            AbortReason::StopString => FinishReason::Stop,
+        };
+        let request = if let Some(i) = self.running.iter().position(|r| &r.id == id) {
+            self.running.remove(i)
+        } else {
+            let i = self.waiting.iter().position(|r| &r.id == id)?;
+            self.waiting.remove(i)?
+        };
+        self.blocks.free(&request.id);
+        let (_, event, stats) = Self::finish(request, finish_reason, None, now);
+        self.pending.finished.push(stats);
+        Some(event)
+    }
+
+    /// Fails every running request (the executor lost the batch and its cache state).
+    pub fn fail_running(&mut self, error: &EngineError, now: Instant) -> StepResult {
+        let mut result = StepResult::default();
+        let mut iteration = std::mem::take(&mut self.pending);
+        while !self.running.is_empty() {
+            let (id, _, stats) =
+                self.finish_running(0, FinishReason::Error, Some(error.error_type()), now);
+            result.events.push((
+                id,
+                TokenEvent::Failed {
+                    error: error.clone(),
+                },
+            ));
+            iteration.finished.push(stats);
+        }
+        result.iteration_stats = iteration;
+        result.scheduler_stats = self.make_stats();
+        result
+    }
+
+    /// Stats accumulated outside a step (aborts), with the current gauges.
+    pub fn take_pending(&mut self) -> StepResult {
+        StepResult {
+            events: Vec::new(),
+            iteration_stats: std::mem::take(&mut self.pending),
+            scheduler_stats: self.make_stats(),
+        }
+    }
+
+    /// Gauges now, without consuming the preemption count.
+    pub fn make_stats_snapshot(&self) -> SchedulerStats {
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            kv_cache_usage: self.blocks.usage(),
+            ..SchedulerStats::default()
+        }
+    }
+
+    /// Gauges now, and the preemptions since the last call.
+    pub fn make_stats(&mut self) -> SchedulerStats {
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            num_swapped: 0,
+            kv_cache_usage: self.blocks.usage(),
+            cpu_cache_usage: 0.0,
+            prefix_cache_queries: 0,
+            prefix_cache_hits: 0,
+            num_preemptions: std::mem::take(&mut self.preemptions),
+        }
+    }
+
+    /// Blocks held by requests (leak checks in tests).
+    pub fn num_block_owners(&self) -> usize {
+        self.blocks.num_owners()
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

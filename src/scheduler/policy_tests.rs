@@ -1,0 +1,312 @@
+//! Scheduler tests driven directly with the fake executor: no actors, no model.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{Scheduler, SchedulerConfig};
+use crate::engine::events::{EngineError, TokenEvent};
+use crate::engine::messages::AbortReason;
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::{FinishReason, Operation};
+use crate::executor::Executor;
+use crate::executor::fake::{FakeBehaviour, FakeExecutor};
+use crate::scheduler::request::NewRequest;
+
+const EOS: u32 = 999;
+
+fn config(blocks: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_seqs: 8,
+        max_num_batched_tokens: 64,
+        max_model_len: 512,
+        max_waiting: 1000,
+        num_gpu_blocks: blocks,
+        block_size: 4,
+    }
+}
+
+fn request(id: &str, prompt_len: usize, max_tokens: u32) -> NewRequest {
+    NewRequest {
+        id: id.to_string(),
+        // Token values well below EOS so the fake (last + 1) never emits EOS by accident.
+        prompt_token_ids: (0..prompt_len as u32).map(|i| i % 100).collect(),
+        params: SamplingParams {
+            max_tokens,
+            temperature: 0.0,
+            ..Default::default()
+        },
+        operation: Operation::TextCompletion,
+        arrival: Instant::now(),
+    }
+}
+
+/// Runs steps until idle; returns each request's events.
+fn run(s: &mut Scheduler, fake: &mut FakeExecutor) -> HashMap<String, Vec<TokenEvent>> {
+    let mut events: HashMap<String, Vec<TokenEvent>> = HashMap::new();
+    let mut steps = 0;
+    while s.has_work() {
+        steps += 1;
+        assert!(steps < 100_000, "no progress");
+        let batch = s.schedule(Instant::now());
+        assert!(!batch.sequences.is_empty(), "work but nothing scheduled");
+        let out = fake.execute(&batch).expect("fake runs");
+        for (id, e) in s.update_from_output(&batch, out, Instant::now()).events {
+            events.entry(id).or_default().push(e);
+        }
+    }
+    events
+}
+
+fn finish_reason(events: &[TokenEvent]) -> FinishReason {
+    match events.last() {
+        Some(TokenEvent::Finished { reason, .. }) => *reason,
+        other => panic!("last event is not Finished: {other:?}"),
+    }
+}
+
+#[test]
+fn requests_finish_by_length_and_free_their_blocks() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    for i in 0..5 {
+        s.add(request(&format!("r{i}"), 10 + i, 7), Instant::now())
+            .expect("admitted");
+    }
+    let events = run(&mut s, &mut fake);
+    for i in 0..5 {
+        let e = &events[&format!("r{i}")];
+        assert_eq!(finish_reason(e), FinishReason::Length);
+        assert_eq!(
+            e.iter()
+                .filter(|e| matches!(e, TokenEvent::Token { .. }))
+                .count(),
+            7
+        );
+    }
+    assert_eq!(s.num_block_owners(), 0);
+    assert_eq!(s.make_stats().kv_cache_usage, 0.0);
+}
+
+#[test]
+fn eos_stops_unless_ignored() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    // The fake emits last + 1: a prompt ending in EOS - 1 makes the first token EOS.
+    let mut r = request("eos", 3, 10);
+    r.prompt_token_ids = vec![1, 2, EOS - 1];
+    s.add(r, Instant::now()).expect("admitted");
+    let mut r = request("ignore", 3, 4);
+    r.prompt_token_ids = vec![1, 2, EOS - 1];
+    r.params.ignore_eos = true;
+    s.add(r, Instant::now()).expect("admitted");
+    let events = run(&mut s, &mut fake);
+    assert_eq!(finish_reason(&events["eos"]), FinishReason::Stop);
+    assert_eq!(events["eos"].len(), 2);
+    assert_eq!(finish_reason(&events["ignore"]), FinishReason::Length);
+    assert_eq!(events["ignore"].len(), 5);
+}
+
+#[test]
+fn long_prompts_are_prefilled_in_chunks_within_the_token_budget() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    s.add(request("long", 150, 2), Instant::now())
+        .expect("admitted");
+    let first = s.schedule(Instant::now());
+    assert_eq!(first.num_tokens(), 64);
+    assert!(!first.sequences[0].sample);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let out = fake.execute(&first).expect("runs");
+    s.update_from_output(&first, out, Instant::now());
+    let events = run(&mut s, &mut fake);
+    assert_eq!(finish_reason(&events["long"]), FinishReason::Length);
+}
+
+#[test]
+fn running_out_of_blocks_preempts_the_newest_and_everything_still_finishes() {
+    // 12 blocks of 4 tokens = 48 slots; four requests of 10 + 20 tokens need 32 each.
+    let mut s = Scheduler::new(config(12), vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    for i in 0..4 {
+        s.add(request(&format!("r{i}"), 10, 20), Instant::now())
+            .expect("admitted");
+    }
+    let mut preemptions = 0;
+    let mut events: HashMap<String, Vec<TokenEvent>> = HashMap::new();
+    while s.has_work() {
+        let batch = s.schedule(Instant::now());
+        let out = fake.execute(&batch).expect("runs");
+        let step = s.update_from_output(&batch, out, Instant::now());
+        preemptions += step.scheduler_stats.num_preemptions;
+        for (id, e) in step.events {
+            events.entry(id).or_default().push(e);
+        }
+    }
+    assert!(
+        preemptions > 0,
+        "the cache is too small for all four at once"
+    );
+    for i in 0..4 {
+        let e = &events[&format!("r{i}")];
+        assert_eq!(finish_reason(e), FinishReason::Length);
+        // Recompute must not duplicate or lose tokens: the fake's output is a pure function
+        // of the previous token, so the sequence is 10, 11, 12, ...
+        let tokens: Vec<u32> = e
+            .iter()
+            .filter_map(|e| match e {
+                TokenEvent::Token { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tokens, (10..30).collect::<Vec<u32>>());
+    }
+    assert_eq!(s.num_block_owners(), 0);
+}
+
+#[test]
+fn admission_refuses_a_full_queue_and_a_prompt_that_never_fits() {
+    let mut cfg = config(4);
+    cfg.max_waiting = 2;
+    let mut s = Scheduler::new(cfg, vec![EOS]);
+    assert!(matches!(
+        s.add(request("huge", 16, 1), Instant::now()),
+        Err(EngineError::TooLong { .. })
+    ));
+    s.add(request("a", 4, 1), Instant::now()).expect("admitted");
+    s.add(request("b", 4, 1), Instant::now()).expect("admitted");
+    assert!(matches!(
+        s.add(request("c", 4, 1), Instant::now()),
+        Err(EngineError::Overloaded { .. })
+    ));
+}
+
+#[test]
+fn aborts_free_blocks_and_report_the_reason() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    s.add(request("a", 10, 100), Instant::now())
+        .expect("admitted");
+    s.add(request("b", 10, 100), Instant::now())
+        .expect("admitted");
+    let batch = s.schedule(Instant::now());
+    assert_eq!(s.num_block_owners(), 2);
+    let gone = s.abort(&"a".to_string(), AbortReason::ClientGone, Instant::now());
+    assert!(matches!(
+        gone,
+        Some(TokenEvent::Finished {
+            reason: FinishReason::Abort,
+            ..
+        })
+    ));
+    let stop = s.abort(&"b".to_string(), AbortReason::StopString, Instant::now());
+    assert!(matches!(
+        stop,
+        Some(TokenEvent::Finished {
+            reason: FinishReason::Stop,
+            ..
+        })
+    ));
+    assert_eq!(s.num_block_owners(), 0);
+    // The in-flight batch's output for aborted requests is ignored.
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let out = fake.execute(&batch).expect("runs");
+    let step = s.update_from_output(&batch, out, Instant::now());
+    assert!(step.events.is_empty());
+    assert_eq!(step.iteration_stats.finished.len(), 2);
+    assert!(
+        s.abort(&"a".to_string(), AbortReason::ClientGone, Instant::now())
+            .is_none()
+    );
+}
+
+#[test]
+fn a_failed_batch_fails_every_running_request_once() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    s.add(request("a", 5, 10), Instant::now())
+        .expect("admitted");
+    s.add(request("b", 5, 10), Instant::now())
+        .expect("admitted");
+    let _ = s.schedule(Instant::now());
+    let step = s.fail_running(&EngineError::Executor("boom".into()), Instant::now());
+    assert_eq!(step.events.len(), 2);
+    assert!(
+        step.events
+            .iter()
+            .all(|(_, e)| matches!(e, TokenEvent::Failed { .. }))
+    );
+    assert!(
+        step.iteration_stats
+            .finished
+            .iter()
+            .all(|f| f.finish_reason == FinishReason::Error)
+    );
+    assert_eq!(s.num_block_owners(), 0);
+    assert!(!s.has_work());
+}
+
+/// Thousands of random arrivals, lengths and aborts: every request ends exactly once with a
+/// reason that matches what happened to it, and no block leaks.
+#[test]
+fn random_simulation_finishes_every_request_exactly_once() {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut s = Scheduler::new(config(40), vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let mut finished: HashMap<String, (FinishReason, usize)> = HashMap::new();
+    let mut aborted = std::collections::HashSet::new();
+    let mut admitted = Vec::new();
+    let total = 2000;
+    let mut next = 0;
+    let record =
+        |id: String, e: TokenEvent, finished: &mut HashMap<String, (FinishReason, usize)>| {
+            if let TokenEvent::Finished { reason, usage, .. } = e {
+                assert!(
+                    finished
+                        .insert(id.clone(), (reason, usage.completion_tokens))
+                        .is_none(),
+                    "{id} finished twice"
+                );
+            }
+        };
+    let now = Instant::now();
+    let mut clock = 0u64;
+    while next < total || s.has_work() {
+        clock += 1;
+        let t = now + Duration::from_millis(clock);
+        for _ in 0..rng.random_range(0..4) {
+            if next < total {
+                let id = format!("r{next}");
+                let r = request(&id, rng.random_range(1..60), rng.random_range(1..30));
+                if s.add(r, t).is_ok() {
+                    admitted.push(id);
+                }
+                next += 1;
+            }
+        }
+        if rng.random_bool(0.05) && !admitted.is_empty() {
+            let id = admitted[rng.random_range(0..admitted.len())].clone();
+            if let Some(e) = s.abort(&id, AbortReason::ClientGone, t) {
+                aborted.insert(id.clone());
+                record(id, e, &mut finished);
+            }
+        }
+        if !s.has_work() {
+            continue;
+        }
+        let batch = s.schedule(t);
+        let out = fake.execute(&batch).expect("runs");
+        for (id, e) in s.update_from_output(&batch, out, t).events {
+            record(id, e, &mut finished);
+        }
+    }
+    assert_eq!(finished.len(), admitted.len());
+    for (id, (reason, _)) in &finished {
+        let expected = if aborted.contains(id) {
+            FinishReason::Abort
+        } else {
+            FinishReason::Length
+        };
+        assert_eq!(*reason, expected, "{id}");
+    }
+    assert_eq!(s.num_block_owners(), 0);
+}

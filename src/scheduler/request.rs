@@ -1,0 +1,65 @@
+//! One request's state inside the scheduler.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::{Operation, RequestId, RequestTimestamps};
+
+/// A request as handed to [`Scheduler::add`](super::Scheduler::add).
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    pub id: RequestId,
+    pub prompt_token_ids: Vec<u32>,
+    pub params: SamplingParams,
+    pub operation: Operation,
+    pub arrival: Instant,
+}
+
+/// A request the scheduler owns, waiting or running.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub id: RequestId,
+    pub prompt: Arc<Vec<u32>>,
+    pub output: Vec<u32>,
+    pub params: Arc<SamplingParams>,
+    pub operation: Operation,
+    pub timestamps: RequestTimestamps,
+    /// Tokens whose K/V are in the cache (0 again after a recompute preemption).
+    pub num_computed: usize,
+    /// Whether `prompt_tokens_total` has counted this request (once, at its first token).
+    pub prefill_counted: bool,
+}
+
+impl Request {
+    pub fn new(new: NewRequest, now: Instant) -> Self {
+        let mut timestamps = RequestTimestamps::new(new.arrival);
+        timestamps.queued = Some(now);
+        Self {
+            id: new.id,
+            prompt: Arc::new(new.prompt_token_ids),
+            output: Vec::new(),
+            params: Arc::new(new.params),
+            operation: new.operation,
+            timestamps,
+            num_computed: 0,
+            prefill_counted: false,
+        }
+    }
+
+    /// Prompt plus generated tokens.
+    pub fn total_len(&self) -> usize {
+        self.prompt.len() + self.output.len()
+    }
+
+    /// Tokens `start .. start + len` of prompt ++ output.
+    pub fn tokens(&self, start: usize, len: usize) -> Vec<u32> {
+        self.prompt
+            .iter()
+            .chain(self.output.iter())
+            .skip(start)
+            .take(len)
+            .copied()
+            .collect()
+    }
+}

@@ -1,0 +1,250 @@
+//! Wiring: load the model, start the four actors, serve HTTP.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use actix::{Actor, Addr};
+use actix_web::{App, HttpServer, web};
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokenizers::Tokenizer;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::executor::model_runner::ModelRunner;
+use crate::executor::{Executor, start_executor};
+use crate::kv_cache::device_cache::CacheGeometry;
+use crate::model::chat_template::ChatTemplate;
+use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
+use crate::model::loader::{ModelFiles, open_model};
+use crate::model::weights::build_llama;
+use crate::model::{Backend, default_device};
+use crate::scheduler::actor::SchedulerActor;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::stats::actor::{StatsActor, StatsActorConfig};
+use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry};
+use crate::stats::instruments::HistogramBuckets;
+
+/// What the api needs to know about the served model.
+#[derive(Clone)]
+pub struct ServedModel {
+    pub name: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Arc<ChatTemplate>,
+    pub max_model_len: usize,
+    /// Unix seconds, for `/v1/models`.
+    pub created: u64,
+}
+
+/// A model ready to serve: the executor and everything around it.
+pub struct PreparedEngine<E: Executor> {
+    pub served: ServedModel,
+    pub executor: E,
+    pub scheduler: SchedulerConfig,
+    pub end_of_generation: Vec<u32>,
+}
+
+/// A started server.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub server: actix_web::dev::Server,
+    pub scheduler: Addr<SchedulerActor>,
+    pub stats: Addr<StatsActor>,
+}
+
+/// `kiln serve`: load, start, and serve until stopped.
+pub fn run_blocking(config: Config) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let path = resolve_model_path(&config)?;
+    let files = open_model(&path)?;
+    let prepared = prepare_model(&config, files)?;
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "model loaded");
+    actix_web::rt::System::new().block_on(async move {
+        let running = start(&config, prepared).await?;
+        tracing::info!("serving on http://{}", running.addr);
+        running.server.await.context("http server")
+    })
+}
+
+/// The configured model path, or the default model (fetched on first use).
+pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {
+    if !config.model.path.is_empty() {
+        return Ok(PathBuf::from(&config.model.path));
+    }
+    let cache = if config.model.cache_dir.is_empty() {
+        default_cache_dir()
+    } else {
+        PathBuf::from(&config.model.cache_dir)
+    };
+    Ok(ensure_default_model(&cache)?)
+}
+
+/// Puts the weights on the device, sizes the KV cache, and builds the executor.
+pub fn prepare_model(
+    config: &Config,
+    files: ModelFiles,
+) -> anyhow::Result<PreparedEngine<ModelRunner>> {
+    let spinner = ProgressBar::new_spinner().with_message(format!(
+        "loading {} ({} layers, hidden {}) onto the device",
+        files.name, files.config.num_layers, files.config.hidden_size
+    ));
+    spinner.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    let device = default_device();
+    let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), &device)?;
+    spinner.finish_and_clear();
+
+    let e = &config.engine;
+    let bytes_per_block = (e.block_size * files.config.kv_bytes_per_token(4)) as u64;
+    let num_blocks = if e.num_gpu_blocks_override > 0 {
+        e.num_gpu_blocks_override
+    } else {
+        (config.kv_cache_bytes() / bytes_per_block) as usize
+    };
+    anyhow::ensure!(
+        num_blocks > 0,
+        "engine.kv_cache_memory ({}) is smaller than one KV block ({bytes_per_block} bytes)",
+        e.kv_cache_memory
+    );
+    let geometry = CacheGeometry {
+        num_layers: files.config.num_layers,
+        num_blocks,
+        block_size: e.block_size,
+        kv_dim: files.config.kv_dim(),
+    };
+    tracing::info!(
+        num_blocks,
+        block_size = e.block_size,
+        tokens = num_blocks * e.block_size,
+        mib = (num_blocks as u64 * bytes_per_block) >> 20,
+        "KV cache"
+    );
+    let served_name = if config.server.served_model_name.is_empty() {
+        if config.model.path.is_empty() {
+            DEFAULT_MODEL_NAME.to_string()
+        } else {
+            files.name.clone()
+        }
+    } else {
+        config.server.served_model_name.clone()
+    };
+    let executor = ModelRunner::new(llama, geometry);
+    prepare_engine(config, files, served_name, num_blocks, executor)
+}
+
+/// Everything but the weights: shared by the real model and test executors.
+pub fn prepare_engine<E: Executor>(
+    config: &Config,
+    files: ModelFiles,
+    served_name: String,
+    num_gpu_blocks: usize,
+    executor: E,
+) -> anyhow::Result<PreparedEngine<E>> {
+    let max_model_len = match config.engine.max_model_len {
+        0 => files.config.max_position_embeddings,
+        n => n.min(files.config.max_position_embeddings),
+    };
+    let special = &files.special_tokens;
+    let token_text = |id: Option<u32>| {
+        id.and_then(|id| files.tokenizer.id_to_token(id))
+            .unwrap_or_default()
+    };
+    let chat_template = ChatTemplate::new(
+        files
+            .chat_template
+            .as_deref()
+            .unwrap_or(crate::model::chat_template::CHATML_TEMPLATE),
+        &token_text(special.bos),
+        &token_text(special.eos),
+    )?;
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(PreparedEngine {
+        served: ServedModel {
+            name: served_name,
+            tokenizer: Arc::new(files.tokenizer),
+            chat_template: Arc::new(chat_template),
+            max_model_len,
+            created,
+        },
+        executor,
+        scheduler: SchedulerConfig {
+            max_num_seqs: config.engine.max_num_seqs,
+            max_num_batched_tokens: config.engine.max_num_batched_tokens,
+            max_model_len,
+            max_waiting: config.engine.max_waiting,
+            num_gpu_blocks,
+            block_size: config.engine.block_size,
+        },
+        end_of_generation: files.special_tokens.end_of_generation.clone(),
+    })
+}
+
+/// Starts the stats, executor and scheduler actors and the HTTP server (must run inside
+/// an actix system).
+pub async fn start<E: Executor>(
+    config: &Config,
+    prepared: PreparedEngine<E>,
+) -> anyhow::Result<RunningServer> {
+    let telemetry = build_telemetry(&TelemetryConfig {
+        enabled: config.telemetry.enabled,
+        engine_prefix: config.telemetry.engine_prefix.clone(),
+        model_name: prepared.served.name.clone(),
+        service_name: "kiln".into(),
+        service_instance_id: uuid::Uuid::new_v4().to_string(),
+        buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
+        cache_info: CacheConfigInfo {
+            block_size: prepared.scheduler.block_size as u64,
+            num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
+            num_cpu_blocks: 0,
+            enable_prefix_caching: false,
+        },
+    })?;
+    let stats_config = StatsActorConfig {
+        log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
+    };
+    let stats = StatsActor::new(telemetry.instruments.clone(), stats_config).start();
+    let executor = start_executor(prepared.executor);
+    let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
+    let scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).start();
+    let state = web::Data::new(AppState {
+        model: prepared.served,
+        scheduler: scheduler.clone(),
+        stats: stats.clone(),
+        registry: telemetry.registry.clone(),
+        _telemetry: Arc::new(telemetry),
+    });
+    let body_limit = config.server.max_request_body_bytes;
+    let stats_for_http = stats.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(crate::api::errors::json_config(body_limit))
+            .app_data(web::PayloadConfig::new(body_limit))
+            .configure(api::routes)
+            .wrap(actix_web::middleware::Compress::default())
+            .wrap(crate::stats::http_middleware::HttpMetrics::new(
+                stats_for_http.clone(),
+            ))
+    })
+    .workers(2)
+    .bind((config.server.host.as_str(), config.server.port))
+    .with_context(|| format!("binding {}:{}", config.server.host, config.server.port))?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .context("no bound address")?;
+    Ok(RunningServer {
+        addr,
+        server: server.run(),
+        scheduler,
+        stats,
+    })
+}

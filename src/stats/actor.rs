@@ -1,0 +1,525 @@
+//! The stats actor: the one place where engine and HTTP facts become metric recordings.
+//!
+//! Senders (scheduler, HTTP middleware, admission) `do_send` plain-data messages and never
+//! wait, so recording costs them a mailbox push. With telemetry disabled the actor still
+//! runs (it keeps the throughput log line) but holds no instruments, and every record is a
+//! branch on `None`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Actor, AsyncContext, Context, Handler, Message};
+use opentelemetry::KeyValue;
+
+use super::data::{FinishedRequestStats, IterationStats, SchedulerStats};
+use super::instruments::{ADMISSION_REJECTION_REASONS, Instruments, operation_index, reason_index};
+use super::throughput_log::{DEFAULT_LOG_INTERVAL, ThroughputLog, ThroughputReport};
+use crate::engine::types::FinishReason;
+
+/// One engine step: the scheduler's snapshot and what happened during the step.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RecordStep {
+    pub scheduler: SchedulerStats,
+    pub iteration: IterationStats,
+}
+
+/// One finished HTTP request (semconv `http.server.*`), sent by the middleware.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RecordHttp {
+    /// The matched route pattern (`/v1/models/{id}`); `None` for unmatched paths, so a
+    /// client cannot mint series.
+    pub route: Option<String>,
+    /// Normalised method: a known method or `_OTHER` (see `http_middleware::normalise_method`).
+    pub method: &'static str,
+    /// `None` when no response was sent (the handler panicked or the client left first).
+    pub status: Option<u16>,
+    /// Until the response body was fully sent (or dropped).
+    pub duration: Duration,
+    pub request_body_bytes: u64,
+    pub response_body_bytes: u64,
+    /// The status code for 5xx, `panic`, `cancelled`, …; `None` on success.
+    pub error_type: Option<String>,
+}
+
+/// An HTTP request entered the server (`http.server.active_requests` + 1).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct HttpRequestStarted {
+    pub method: &'static str,
+}
+
+/// An HTTP request left the server (`http.server.active_requests` - 1).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct HttpRequestFinished {
+    pub method: &'static str,
+}
+
+/// A request refused before it reached the scheduler (`admission_rejections_total`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct AdmissionRejected {
+    /// `queue_full` or `too_long`: a fixed set chosen by kiln, never by a client.
+    pub reason: &'static str,
+}
+
+/// How the actor behaves besides recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsActorConfig {
+    /// Interval of the throughput log line and gauges; `None` turns both off.
+    pub log_interval: Option<Duration>,
+}
+
+impl Default for StatsActorConfig {
+    fn default() -> Self {
+        Self {
+            log_interval: Some(DEFAULT_LOG_INTERVAL),
+        }
+    }
+}
+
+pub struct StatsActor {
+    /// `None` when telemetry is disabled: nothing is recorded.
+    instruments: Option<Arc<Instruments>>,
+    throughput: ThroughputLog,
+    config: StatsActorConfig,
+}
+
+impl StatsActor {
+    pub fn new(instruments: Option<Arc<Instruments>>, config: StatsActorConfig) -> Self {
+        Self {
+            instruments,
+            throughput: ThroughputLog::new(Instant::now()),
+            config,
+        }
+    }
+
+    /// Closes a throughput interval: sets the gauges, logs unless idle.
+    fn log_tick(&mut self, now: Instant) -> ThroughputReport {
+        let report = self.throughput.tick(now);
+        if let Some(i) = &self.instruments {
+            let e = &i.engine;
+            e.avg_prompt_throughput
+                .record(report.prompt_toks_per_s, &i.model);
+            e.avg_generation_throughput
+                .record(report.generation_toks_per_s, &i.model);
+        }
+        if !report.idle {
+            tracing::info!(target: "kiln::stats", "{report}");
+        }
+        report
+    }
+}
+
+impl Actor for StatsActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.throughput = ThroughputLog::new(Instant::now());
+        if let Some(interval) = self.config.log_interval {
+            ctx.run_interval(interval, |act, _| {
+                act.log_tick(Instant::now());
+            });
+        }
+    }
+}
+
+impl Handler<RecordStep> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RecordStep, _: &mut Self::Context) {
+        self.throughput.observe(&msg.scheduler, &msg.iteration);
+        if let Some(i) = &self.instruments {
+            i.record_step(&msg.scheduler, &msg.iteration);
+        }
+    }
+}
+
+impl Handler<RecordHttp> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RecordHttp, _: &mut Self::Context) {
+        if let Some(i) = &self.instruments {
+            i.record_http(&msg);
+        }
+    }
+}
+
+impl Handler<HttpRequestStarted> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: HttpRequestStarted, _: &mut Self::Context) {
+        if let Some(i) = &self.instruments {
+            i.http.active_requests.add(1, &[method_attr(msg.method)]);
+        }
+    }
+}
+
+impl Handler<HttpRequestFinished> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: HttpRequestFinished, _: &mut Self::Context) {
+        if let Some(i) = &self.instruments {
+            i.http.active_requests.add(-1, &[method_attr(msg.method)]);
+        }
+    }
+}
+
+impl Handler<AdmissionRejected> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AdmissionRejected, _: &mut Self::Context) {
+        if let Some(i) = &self.instruments {
+            let attrs = [i.model[0].clone(), KeyValue::new("reason", msg.reason)];
+            i.engine.admission_rejections.add(1, &attrs);
+        }
+    }
+}
+
+fn method_attr(method: &'static str) -> KeyValue {
+    KeyValue::new("http.request.method", method)
+}
+
+/// Test-only: answered after every message sent before it (the mailbox is FIFO).
+#[cfg(test)]
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Barrier;
+
+#[cfg(test)]
+impl Handler<Barrier> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Barrier, _: &mut Self::Context) {}
+}
+
+/// The recording rules of METRICS.md, kept next to the actor that applies them.
+impl Instruments {
+    /// Creates every gauge and counter series at 0 before the first step, so a scrape of
+    /// an idle server already shows `num_requests_waiting` (routers read it) and `rate()`
+    /// has a baseline for each `finished_reason` and admission reason.
+    pub(super) fn record_initial(&self) {
+        self.record_step(&SchedulerStats::default(), &IterationStats::default());
+        for attrs in &self.by_reason {
+            self.engine.request_success.add(0, attrs);
+        }
+        for reason in ADMISSION_REJECTION_REASONS {
+            self.engine
+                .admission_rejections
+                .add(0, &[self.model[0].clone(), KeyValue::new("reason", reason)]);
+        }
+        self.engine.avg_prompt_throughput.record(0.0, &self.model);
+        self.engine
+            .avg_generation_throughput
+            .record(0.0, &self.model);
+    }
+
+    fn record_step(&self, s: &SchedulerStats, it: &IterationStats) {
+        let e = &self.engine;
+        let m = &self.model;
+        e.num_requests_running.record(s.num_running as u64, m);
+        e.num_requests_waiting.record(s.num_waiting as u64, m);
+        e.num_requests_swapped.record(s.num_swapped as u64, m);
+        e.kv_cache_usage_perc.record(s.kv_cache_usage, m);
+        e.gpu_cache_usage_perc.record(s.kv_cache_usage, m);
+        e.cpu_cache_usage_perc.record(s.cpu_cache_usage, m);
+        // Adding 0 is deliberate: every counter series exists from the first step.
+        e.num_preemptions.add(s.num_preemptions, m);
+        e.prefix_cache_queries.add(s.prefix_cache_queries, m);
+        e.prefix_cache_hits.add(s.prefix_cache_hits, m);
+        e.prompt_tokens.add(it.num_prompt_tokens, m);
+        e.generation_tokens.add(it.num_generation_tokens, m);
+        if it.num_batched_tokens > 0 {
+            e.iteration_tokens.record(it.num_batched_tokens, m);
+        }
+        for &ttft in &it.time_to_first_token_s {
+            e.time_to_first_token.record(ttft, m);
+        }
+        for &itl in &it.inter_token_latency_s {
+            e.inter_token_latency.record(itl, m);
+        }
+        for f in &it.finished {
+            self.record_finished(f);
+        }
+    }
+
+    /// Every finished request, whatever its reason; intervals that never happened
+    /// (`None`) add no observation.
+    fn record_finished(&self, f: &FinishedRequestStats) {
+        let e = &self.engine;
+        let m = &self.model;
+        let iv = &f.intervals;
+        e.request_success
+            .add(1, &self.by_reason[reason_index(f.finish_reason)]);
+        e.e2e_request_latency.record(iv.e2e_s, m);
+        let optional = [
+            (&e.request_queue_time, iv.queue_s),
+            (&e.request_prefill_time, iv.prefill_s),
+            (&e.request_decode_time, iv.decode_s),
+            (&e.request_inference_time, iv.inference_s),
+            (&e.time_per_output_token, iv.time_per_output_token_s),
+        ];
+        for (hist, value) in optional {
+            if let Some(v) = value {
+                hist.record(v, m);
+            }
+        }
+        e.request_prompt_tokens.record(f.prompt_tokens, m);
+        e.request_generation_tokens.record(f.generation_tokens, m);
+        e.request_params_max_tokens.record(f.max_tokens, m);
+        e.request_params_n.record(f.n, m);
+
+        // GenAI: duration for all; error.type when the request failed ("_OTHER" is the
+        // semconv fallback when no class was given). Abort is the client's choice, not an
+        // error, but is no success either, so it adds no TTFT/TPOT.
+        let base = &self.gen_ai_base[operation_index(f.operation)];
+        let error_type = match (f.error_type, f.finish_reason) {
+            (Some(t), _) => Some(t),
+            (None, FinishReason::Error) => Some("_OTHER"),
+            (None, _) => None,
+        };
+        match error_type {
+            Some(t) => {
+                let mut attrs = base.to_vec();
+                attrs.push(KeyValue::new("error.type", t));
+                self.gen_ai.request_duration.record(iv.e2e_s, &attrs);
+            }
+            None => self.gen_ai.request_duration.record(iv.e2e_s, base),
+        }
+        let success = matches!(f.finish_reason, FinishReason::Stop | FinishReason::Length);
+        if success && error_type.is_none() {
+            if let Some(ttft) = iv.time_to_first_token_s {
+                self.gen_ai.time_to_first_token.record(ttft, base);
+            }
+            if let Some(tpot) = iv.time_per_output_token_s {
+                self.gen_ai.time_per_output_token.record(tpot, base);
+            }
+        }
+    }
+
+    fn record_http(&self, r: &RecordHttp) {
+        let mut attrs = Vec::with_capacity(4);
+        attrs.push(method_attr(r.method));
+        if let Some(route) = &r.route {
+            attrs.push(KeyValue::new("http.route", route.clone()));
+        }
+        if let Some(status) = r.status {
+            attrs.push(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            ));
+        }
+        if let Some(t) = &r.error_type {
+            attrs.push(KeyValue::new("error.type", t.clone()));
+        }
+        let h = &self.http;
+        h.request_duration.record(r.duration.as_secs_f64(), &attrs);
+        h.request_body_size.record(r.request_body_bytes, &attrs);
+        h.response_body_size.record(r.response_body_bytes, &attrs);
+    }
+}
+
+#[cfg(test)]
+impl Instruments {
+    pub(crate) fn record_step_for_test(&self, s: &SchedulerStats, it: &IterationStats) {
+        self.record_step(s, it);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::exporter::test_support::{config, finished, value};
+    use crate::stats::exporter::{TelemetryConfig, build_telemetry, render_metrics};
+
+    fn quiet() -> StatsActorConfig {
+        StatsActorConfig { log_interval: None }
+    }
+
+    fn step_with_three_finished() -> RecordStep {
+        RecordStep {
+            scheduler: SchedulerStats {
+                num_running: 1,
+                num_waiting: 4,
+                num_swapped: 2,
+                kv_cache_usage: 0.25,
+                cpu_cache_usage: 0.125,
+                prefix_cache_queries: 30,
+                prefix_cache_hits: 12,
+                num_preemptions: 1,
+            },
+            iteration: IterationStats {
+                num_prompt_tokens: 30,
+                num_generation_tokens: 12,
+                num_batched_tokens: 42,
+                num_prefill_tokens_computed: 18,
+                time_to_first_token_s: vec![0.2, 0.3],
+                inter_token_latency_s: vec![0.02; 9],
+                finished: vec![
+                    finished(FinishReason::Stop, 5),
+                    finished(FinishReason::Length, 7),
+                    finished(FinishReason::Error, 0),
+                ],
+            },
+        }
+    }
+
+    #[actix::test]
+    async fn a_step_with_three_finished_requests() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let stats = StatsActor::new(t.instruments.clone(), quiet()).start();
+        stats.send(step_with_three_finished()).await.unwrap();
+        // A step with nothing batched adds no iteration_tokens observation.
+        let idle = RecordStep {
+            scheduler: SchedulerStats::default(),
+            iteration: IterationStats::default(),
+        };
+        stats.send(idle).await.unwrap();
+        let text = render_metrics(&t.registry).unwrap();
+        let v = |name: &str, labels: &[(&str, &str)]| value(&text, name, labels);
+
+        assert_eq!(v("vllm:e2e_request_latency_seconds_count", &[]), Some(3.0));
+        for (reason, n) in [
+            ("stop", 1.0),
+            ("length", 1.0),
+            ("error", 1.0),
+            ("abort", 0.0),
+        ] {
+            let labels = [("finished_reason", reason), ("model_name", "smollm2")];
+            assert_eq!(
+                v("vllm:request_success_total", &labels),
+                Some(n),
+                "{reason}"
+            );
+        }
+        // Invariants of METRICS.md.
+        assert_eq!(v("vllm:request_generation_tokens_sum", &[]), Some(12.0));
+        assert_eq!(v("vllm:generation_tokens_total", &[]), Some(12.0));
+        assert_eq!(v("vllm:request_prompt_tokens_sum", &[]), Some(30.0));
+        assert_eq!(v("vllm:prompt_tokens_total", &[]), Some(30.0));
+        // The failed request never reached its first token: no interval after queueing.
+        assert_eq!(v("vllm:request_queue_time_seconds_count", &[]), Some(3.0));
+        assert_eq!(v("vllm:request_decode_time_seconds_count", &[]), Some(2.0));
+        assert_eq!(
+            v("vllm:request_time_per_output_token_seconds_count", &[]),
+            Some(2.0)
+        );
+        assert_eq!(v("vllm:time_to_first_token_seconds_count", &[]), Some(2.0));
+        assert_eq!(v("vllm:inter_token_latency_seconds_count", &[]), Some(9.0));
+        assert_eq!(v("vllm:iteration_tokens_total_count", &[]), Some(1.0));
+        assert_eq!(v("vllm:request_params_n_count", &[]), Some(3.0));
+        assert_eq!(v("vllm:prefix_cache_hits_total", &[]), Some(12.0));
+        assert_eq!(v("vllm:num_preemptions_total", &[]), Some(1.0));
+        // Gauges follow the last step: idle again.
+        for g in [
+            "num_requests_running",
+            "num_requests_waiting",
+            "num_requests_swapped",
+        ] {
+            assert_eq!(v(&format!("vllm:{g}"), &[]), Some(0.0), "{g}");
+        }
+        assert_eq!(v("vllm:kv_cache_usage_perc", &[]), Some(0.0));
+        // GenAI: duration for all three, the failure under its error.type; TTFT for 2.
+        let dur = "gen_ai_server_request_duration_seconds_count";
+        assert_eq!(v(dur, &[("error_type", "executor_error")]), Some(1.0));
+        let ok: f64 = crate::stats::exporter::test_support::samples(&text, dur)
+            .iter()
+            .filter(|l| !l.contains("error_type"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(ok, 2.0);
+        assert_eq!(
+            v("gen_ai_server_time_to_first_token_seconds_count", &[]),
+            Some(2.0)
+        );
+        assert_eq!(
+            v("gen_ai_server_time_per_output_token_seconds_count", &[]),
+            Some(2.0)
+        );
+    }
+
+    #[actix::test]
+    async fn gauges_follow_the_latest_step() {
+        let t = build_telemetry(&config("kiln_")).unwrap();
+        let stats = StatsActor::new(t.instruments.clone(), quiet()).start();
+        stats.send(step_with_three_finished()).await.unwrap();
+        let text = render_metrics(&t.registry).unwrap();
+        assert_eq!(value(&text, "kiln_num_requests_waiting", &[]), Some(4.0));
+        assert_eq!(value(&text, "kiln_num_requests_swapped", &[]), Some(2.0));
+        assert_eq!(value(&text, "kiln_gpu_cache_usage_perc", &[]), Some(0.25));
+        assert_eq!(value(&text, "kiln_cpu_cache_usage_perc", &[]), Some(0.125));
+    }
+
+    #[actix::test]
+    async fn admission_rejections_by_reason() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let stats = StatsActor::new(t.instruments.clone(), quiet()).start();
+        stats.do_send(AdmissionRejected {
+            reason: "queue_full",
+        });
+        stats.do_send(AdmissionRejected {
+            reason: "queue_full",
+        });
+        stats
+            .send(AdmissionRejected { reason: "too_long" })
+            .await
+            .unwrap();
+        let text = render_metrics(&t.registry).unwrap();
+        let name = "vllm:admission_rejections_total";
+        assert_eq!(value(&text, name, &[("reason", "queue_full")]), Some(2.0));
+        assert_eq!(value(&text, name, &[("reason", "too_long")]), Some(1.0));
+    }
+
+    #[test]
+    fn log_tick_sets_the_throughput_gauges() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let mut actor = StatsActor::new(t.instruments.clone(), quiet());
+        let start = Instant::now();
+        actor.throughput = ThroughputLog::new(start);
+        let step = step_with_three_finished();
+        actor.throughput.observe(&step.scheduler, &step.iteration);
+        let report = actor.log_tick(start + Duration::from_secs(2));
+        assert_eq!(report.prompt_toks_per_s, 9.0);
+        let text = render_metrics(&t.registry).unwrap();
+        assert_eq!(
+            value(&text, "vllm:avg_prompt_throughput_toks_per_s", &[]),
+            Some(9.0)
+        );
+        assert_eq!(
+            value(&text, "vllm:avg_generation_throughput_toks_per_s", &[]),
+            Some(6.0)
+        );
+        // An idle interval brings the gauges back to 0.
+        actor
+            .throughput
+            .observe(&SchedulerStats::default(), &IterationStats::default());
+        assert!(actor.log_tick(start + Duration::from_secs(4)).idle);
+        let text = render_metrics(&t.registry).unwrap();
+        assert_eq!(
+            value(&text, "vllm:avg_generation_throughput_toks_per_s", &[]),
+            Some(0.0)
+        );
+    }
+
+    #[actix::test]
+    async fn disabled_telemetry_records_nothing_but_the_actor_runs() {
+        let cfg = TelemetryConfig {
+            enabled: false,
+            ..config("vllm:")
+        };
+        let t = build_telemetry(&cfg).unwrap();
+        let stats = StatsActor::new(t.instruments.clone(), StatsActorConfig::default()).start();
+        stats.send(step_with_three_finished()).await.unwrap();
+        stats
+            .send(AdmissionRejected { reason: "too_long" })
+            .await
+            .unwrap();
+        stats
+            .send(HttpRequestStarted { method: "GET" })
+            .await
+            .unwrap();
+        assert_eq!(render_metrics(&t.registry).unwrap(), "");
+    }
+}

@@ -1,0 +1,68 @@
+//! Stats as plain data: produced by the scheduler each step, recorded by the `StatsActor`.
+//! Nothing here touches a metrics API.
+
+use crate::engine::types::{FinishReason, Operation};
+
+/// A snapshot of the scheduler's state after one step (gauges).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SchedulerStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    pub num_swapped: usize,
+    /// Device KV blocks in use / all device blocks, 0..1.
+    pub kv_cache_usage: f64,
+    /// Host swap-pool blocks in use / all host blocks, 0..1 (0 when there is no pool).
+    pub cpu_cache_usage: f64,
+    /// Prompt tokens looked up in the prefix cache during this step.
+    pub prefix_cache_queries: u64,
+    /// Prompt tokens found in the prefix cache during this step.
+    pub prefix_cache_hits: u64,
+    /// Preemptions (recompute or swap) during this step.
+    pub num_preemptions: u64,
+}
+
+/// What happened during one engine step (counters and histograms).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IterationStats {
+    /// Prompt tokens of requests whose prefill completed this step (once per request).
+    pub num_prompt_tokens: u64,
+    /// Tokens generated this step.
+    pub num_generation_tokens: u64,
+    /// Tokens run through the model this step (prefill + decode), for `iteration_tokens_total`.
+    pub num_batched_tokens: u64,
+    /// Prompt tokens actually computed this step (throughput log line; excludes cache hits).
+    pub num_prefill_tokens_computed: u64,
+    /// Time to first token (s) of requests that produced their first token this step.
+    pub time_to_first_token_s: Vec<f64>,
+    /// Inter-token latencies (s): one per token after a request's first.
+    pub inter_token_latency_s: Vec<f64>,
+    /// Requests that ended this step, whatever the reason.
+    pub finished: Vec<FinishedRequestStats>,
+}
+
+/// Everything the stats actor records for one finished request; intervals come from
+/// `RequestTimestamps::intervals` (one function, METRICS.md definitions).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedRequestStats {
+    pub finish_reason: FinishReason,
+    pub operation: Operation,
+    /// Set when the request failed: the `error.type` label (e.g. `executor_error`).
+    pub error_type: Option<&'static str>,
+    pub prompt_tokens: u64,
+    pub generation_tokens: u64,
+    pub max_tokens: u64,
+    pub n: u64,
+    pub intervals: RequestIntervals,
+}
+
+/// Request intervals in seconds; `None` when an endpoint of the interval never happened.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestIntervals {
+    pub e2e_s: f64,
+    pub queue_s: Option<f64>,
+    pub time_to_first_token_s: Option<f64>,
+    pub prefill_s: Option<f64>,
+    pub decode_s: Option<f64>,
+    pub inference_s: Option<f64>,
+    pub time_per_output_token_s: Option<f64>,
+}

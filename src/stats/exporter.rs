@@ -1,0 +1,591 @@
+//! Wires the OpenTelemetry SDK to Prometheus: one `SdkMeterProvider`, read on demand by the
+//! `opentelemetry-prometheus` collector living in a `prometheus::Registry` (plus the
+//! process collector), rendered by `render_metrics` for `GET /metrics`. Push readers (OTLP)
+//! join the same provider through `build_telemetry_with_readers`, so both paths see the
+//! same instruments.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{InstrumentKind, Pipeline, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::resource::EnvResourceDetector;
+use prometheus::{Encoder as _, Registry, TextEncoder};
+use serde::{Deserialize, Serialize};
+
+use super::instruments::{BucketError, HistogramBuckets, Instruments, InstrumentsConfig};
+
+/// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The instrumentation scope name (not exported as labels: scope info is off).
+const METER_NAME: &str = "kiln";
+
+/// The KV-cache facts exposed by `cache_config_info`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheConfigInfo {
+    pub block_size: u64,
+    pub num_gpu_blocks: u64,
+    pub num_cpu_blocks: u64,
+    pub enable_prefix_caching: bool,
+}
+
+/// Everything the stats layer needs from `Config`'s telemetry section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// Off: no provider, no instruments, an empty registry; the stats actor still runs.
+    pub enabled: bool,
+    /// Prepended to engine metric names (`vllm:` default, `kiln_` also fine).
+    pub engine_prefix: String,
+    /// The `model_name` label and GenAI model attributes (configured, never client-chosen).
+    pub model_name: String,
+    /// `service.name`; `OTEL_SERVICE_NAME` overrides it.
+    pub service_name: String,
+    /// `service.instance.id`; empty means "pid@hostname".
+    pub service_instance_id: String,
+    pub buckets: HistogramBuckets,
+    pub cache_info: CacheConfigInfo,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            engine_prefix: "vllm:".to_owned(),
+            model_name: "default".to_owned(),
+            service_name: "kiln".to_owned(),
+            service_instance_id: String::new(),
+            buckets: HistogramBuckets::default(),
+            cache_info: CacheConfigInfo::default(),
+        }
+    }
+}
+
+/// The stats layer's errors; each names the config key or the step that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error(transparent)]
+    Buckets(#[from] BucketError),
+    #[error(
+        "telemetry.engine_prefix {prefix:?} is not a Prometheus name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+    )]
+    Prefix { prefix: String },
+    #[error("telemetry.model_name must not be empty")]
+    ModelName,
+    #[error("building the prometheus exporter: {0}")]
+    Exporter(#[source] OTelSdkError),
+    #[error("registering a collector in the prometheus registry: {0}")]
+    Registry(#[from] prometheus::Error),
+    #[error("encoding /metrics: {0}")]
+    Encode(#[source] prometheus::Error),
+    #[error("/metrics is not UTF-8: {0}")]
+    Utf8(#[from] std::string::FromUtf8Error),
+    #[error("shutting down the meter provider: {0}")]
+    Shutdown(#[source] OTelSdkError),
+}
+
+/// The built telemetry: the registry `/metrics` renders, the provider (kept for flush and
+/// shutdown) and the instruments the stats actor records into. `provider` and
+/// `instruments` are `None` when telemetry is disabled.
+pub struct Telemetry {
+    pub registry: Registry,
+    pub provider: Option<SdkMeterProvider>,
+    pub instruments: Option<Arc<Instruments>>,
+}
+
+impl Telemetry {
+    /// Flushes push readers (OTLP) and stops them; call once at shutdown.
+    pub fn shutdown(&self) -> Result<(), TelemetryError> {
+        match &self.provider {
+            Some(p) => p.shutdown().map_err(TelemetryError::Shutdown),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `build_telemetry_with_readers` without push readers (Prometheus pull only).
+pub fn build_telemetry(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
+    build_telemetry_with_readers(cfg, Vec::new())
+}
+
+/// Builds the provider with the Prometheus reader plus `push_readers` — the place for the
+/// OTLP `PeriodicReader` (`Box::new(PeriodicReader::builder(otlp_exporter).build())`).
+pub fn build_telemetry_with_readers(
+    cfg: &TelemetryConfig,
+    push_readers: Vec<Box<dyn MetricReader>>,
+) -> Result<Telemetry, TelemetryError> {
+    let registry = Registry::new();
+    if !cfg.enabled {
+        return Ok(Telemetry {
+            registry,
+            provider: None,
+            instruments: None,
+        });
+    }
+    validate(cfg)?;
+
+    let prometheus_reader = opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        // No otel_scope_* labels on every series: one meter, nothing to tell apart.
+        .scope_info_enabled(false)
+        .build()
+        .map_err(TelemetryError::Exporter)?;
+    #[cfg(target_os = "linux")]
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+
+    let mut builder = SdkMeterProvider::builder()
+        .with_resource(resource(cfg))
+        .with_reader(prometheus_reader);
+    for reader in push_readers {
+        builder = builder.with_reader(BoxedReader(reader));
+    }
+    let provider = builder.build();
+
+    let meter = provider.meter(METER_NAME);
+    let instruments = Instruments::new(
+        &meter,
+        &InstrumentsConfig {
+            engine_prefix: &cfg.engine_prefix,
+            model_name: &cfg.model_name,
+            buckets: &cfg.buckets,
+        },
+    );
+    record_cache_config(&instruments, &cfg.cache_info);
+    instruments.record_initial();
+    Ok(Telemetry {
+        registry,
+        provider: Some(provider),
+        instruments: Some(Arc::new(instruments)),
+    })
+}
+
+/// Renders the registry in the Prometheus text format (`METRICS_CONTENT_TYPE`).
+pub fn render_metrics(registry: &Registry) -> Result<String, TelemetryError> {
+    let families = registry.gather();
+    let mut buf = Vec::with_capacity(16 * 1024);
+    TextEncoder::new()
+        .encode(&families, &mut buf)
+        .map_err(TelemetryError::Encode)?;
+    Ok(String::from_utf8(buf)?)
+}
+
+fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
+    cfg.buckets.validate()?;
+    let p = &cfg.engine_prefix;
+    let ok = p.chars().enumerate().all(|(i, c)| {
+        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+    });
+    if !ok {
+        return Err(TelemetryError::Prefix { prefix: p.clone() });
+    }
+    if cfg.model_name.is_empty() {
+        return Err(TelemetryError::ModelName);
+    }
+    Ok(())
+}
+
+/// `service.*` from the config, then `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` on
+/// top (the standard variables win, as the OpenTelemetry spec says). No SDK/telemetry
+/// detectors: `target_info` carries what operators asked for and nothing else.
+fn resource(cfg: &TelemetryConfig) -> Resource {
+    let instance_id = if cfg.service_instance_id.is_empty() {
+        default_instance_id()
+    } else {
+        cfg.service_instance_id.clone()
+    };
+    let mut builder = Resource::builder_empty()
+        .with_service_name(cfg.service_name.clone())
+        .with_attributes([
+            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            KeyValue::new("service.instance.id", instance_id),
+        ])
+        .with_detector(Box::new(EnvResourceDetector::new()));
+    if let Some(name) = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
+        builder = builder.with_service_name(name);
+    }
+    builder.build()
+}
+
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned());
+    format!("{}@{host}", std::process::id())
+}
+
+/// `cache_config_info` is an info metric: value 1, facts in the labels, set once.
+fn record_cache_config(instruments: &Instruments, info: &CacheConfigInfo) {
+    instruments.engine.cache_config_info.record(
+        1,
+        &[
+            instruments.model[0].clone(),
+            KeyValue::new("block_size", info.block_size.to_string()),
+            KeyValue::new("num_gpu_blocks", info.num_gpu_blocks.to_string()),
+            KeyValue::new("num_cpu_blocks", info.num_cpu_blocks.to_string()),
+            KeyValue::new(
+                "enable_prefix_caching",
+                info.enable_prefix_caching.to_string(),
+            ),
+        ],
+    );
+}
+
+/// `with_reader` wants a sized `MetricReader`; this forwards to a boxed one so callers
+/// can pass readers of different exporter types in one `Vec`.
+#[derive(Debug)]
+struct BoxedReader(Box<dyn MetricReader>);
+
+impl MetricReader for BoxedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline)
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn shutdown(&self) -> OTelSdkResult {
+        self.0.shutdown()
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
+
+/// Helpers shared by the stats tests: read series out of a rendered exposition.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+    use crate::engine::types::{FinishReason, Operation};
+    use crate::stats::data::{FinishedRequestStats, RequestIntervals};
+
+    pub(crate) fn config(prefix: &str) -> TelemetryConfig {
+        TelemetryConfig {
+            engine_prefix: prefix.to_owned(),
+            model_name: "smollm2".to_owned(),
+            service_name: "kiln-test".to_owned(),
+            service_instance_id: "instance-1".to_owned(),
+            cache_info: CacheConfigInfo {
+                block_size: 16,
+                num_gpu_blocks: 1024,
+                num_cpu_blocks: 256,
+                enable_prefix_caching: true,
+            },
+            ..TelemetryConfig::default()
+        }
+    }
+
+    /// Sample lines of the series named exactly `name` (`name{…} v` or `name v`).
+    pub(crate) fn samples<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .collect()
+    }
+
+    /// The value of the one sample of `name` whose labels contain every `labels` pair.
+    pub(crate) fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let matching: Vec<f64> = samples(text, name)
+            .into_iter()
+            .filter(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(matching.len() <= 1, "{name} {labels:?} is ambiguous");
+        matching.first().copied()
+    }
+
+    pub(crate) fn finished(reason: FinishReason, generated: u64) -> FinishedRequestStats {
+        let started = generated > 0;
+        FinishedRequestStats {
+            finish_reason: reason,
+            operation: Operation::Chat,
+            error_type: (reason == FinishReason::Error).then_some("executor_error"),
+            prompt_tokens: 10,
+            generation_tokens: generated,
+            max_tokens: 64,
+            n: 1,
+            intervals: RequestIntervals {
+                e2e_s: 1.25,
+                queue_s: Some(0.05),
+                time_to_first_token_s: started.then_some(0.2),
+                prefill_s: started.then_some(0.15),
+                decode_s: started.then_some(1.0),
+                inference_s: started.then_some(1.15),
+                time_per_output_token_s: (generated > 1).then(|| 1.0 / (generated - 1) as f64),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+    use crate::engine::types::FinishReason;
+    use crate::stats::data::{IterationStats, SchedulerStats};
+    use opentelemetry_sdk::metrics::ManualReader;
+
+    const GAUGES: &[&str] = &[
+        "num_requests_running",
+        "num_requests_waiting",
+        "num_requests_swapped",
+        "kv_cache_usage_perc",
+        "gpu_cache_usage_perc",
+        "cpu_cache_usage_perc",
+        "avg_prompt_throughput_toks_per_s",
+        "avg_generation_throughput_toks_per_s",
+        "cache_config_info",
+    ];
+    const COUNTERS: &[&str] = &[
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "request_success_total",
+        "num_preemptions_total",
+        "prefix_cache_queries_total",
+        "prefix_cache_hits_total",
+        "admission_rejections_total",
+    ];
+    const HISTOGRAMS: &[&str] = &[
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "request_time_per_output_token_seconds",
+        "e2e_request_latency_seconds",
+        "request_queue_time_seconds",
+        "request_prefill_time_seconds",
+        "request_decode_time_seconds",
+        "request_inference_time_seconds",
+        "request_prompt_tokens",
+        "request_generation_tokens",
+        "request_params_max_tokens",
+        "request_params_n",
+        "iteration_tokens_total",
+    ];
+
+    fn busy_step() -> (SchedulerStats, IterationStats) {
+        let scheduler = SchedulerStats {
+            num_running: 2,
+            num_waiting: 1,
+            kv_cache_usage: 0.5,
+            ..Default::default()
+        };
+        let iteration = IterationStats {
+            num_prompt_tokens: 10,
+            num_generation_tokens: 5,
+            num_batched_tokens: 15,
+            num_prefill_tokens_computed: 10,
+            time_to_first_token_s: vec![0.2],
+            inter_token_latency_s: vec![0.03, 0.04],
+            finished: vec![finished(FinishReason::Stop, 5)],
+        };
+        (scheduler, iteration)
+    }
+
+    fn render_after_busy_step(prefix: &str) -> String {
+        let t = build_telemetry(&config(prefix)).unwrap();
+        let (s, i) = busy_step();
+        t.instruments.as_ref().unwrap().record_step_for_test(&s, &i);
+        render_metrics(&t.registry).unwrap()
+    }
+
+    #[test]
+    fn every_engine_metric_renders_with_its_type_and_model_label() {
+        for prefix in ["vllm:", "kiln_"] {
+            let text = render_after_busy_step(prefix);
+            let families = [
+                (GAUGES, "gauge"),
+                (COUNTERS, "counter"),
+                (HISTOGRAMS, "histogram"),
+            ];
+            for (names, kind) in families {
+                for name in names {
+                    let full = format!("{prefix}{name}");
+                    assert!(
+                        text.contains(&format!("# TYPE {full} {kind}\n")),
+                        "missing `# TYPE {full} {kind}` in\n{text}"
+                    );
+                    let series = if kind == "histogram" {
+                        format!("{full}_bucket")
+                    } else {
+                        full.clone()
+                    };
+                    let lines = samples(&text, &series);
+                    assert!(!lines.is_empty(), "no samples for {series}");
+                    assert!(
+                        lines.iter().all(|l| l.contains("model_name=\"smollm2\"")),
+                        "{series} without model_name"
+                    );
+                }
+            }
+            assert!(!text.contains("otel_scope_"), "scope labels leaked");
+        }
+    }
+
+    #[test]
+    fn colon_names_survive_exactly() {
+        let text = render_after_busy_step("vllm:");
+        assert_eq!(
+            value(
+                &text,
+                "vllm:num_requests_running",
+                &[("model_name", "smollm2")]
+            ),
+            Some(2.0)
+        );
+        assert_eq!(value(&text, "vllm:kv_cache_usage_perc", &[]), Some(0.5));
+        assert_eq!(value(&text, "vllm:gpu_cache_usage_perc", &[]), Some(0.5));
+        assert!(text.contains("vllm:time_to_first_token_seconds_bucket{"));
+        assert!(text.contains("vllm:prompt_tokens_total{"));
+        assert!(!text.contains("vllm_num_requests_running"));
+    }
+
+    #[test]
+    fn buckets_cache_info_target_info_process_and_semconv() {
+        let text = render_after_busy_step("vllm:");
+        let ttft = "vllm:time_to_first_token_seconds_bucket";
+        assert!(value(&text, ttft, &[("le", "0.001")]).is_some());
+        assert!(value(&text, ttft, &[("le", "2560")]).is_some());
+        assert_eq!(samples(&text, ttft).len(), 23, "22 bounds + +Inf");
+        let tokens = "vllm:request_prompt_tokens_bucket";
+        assert_eq!(value(&text, tokens, &[("le", "5000")]), Some(1.0));
+        assert!(value(&text, tokens, &[("le", "10000")]).is_none());
+        let info = samples(&text, "vllm:cache_config_info");
+        assert_eq!(info.len(), 1);
+        for label in [
+            "block_size=\"16\"",
+            "num_gpu_blocks=\"1024\"",
+            "num_cpu_blocks=\"256\"",
+            "enable_prefix_caching=\"true\"",
+        ] {
+            assert!(info[0].contains(label), "{label} missing in {}", info[0]);
+        }
+        assert!(info[0].ends_with(" 1"));
+        let target = samples(&text, "target_info");
+        assert_eq!(target.len(), 1, "{text}");
+        for label in [
+            "service_name=\"kiln-test\"",
+            concat!("service_version=\"", env!("CARGO_PKG_VERSION"), "\""),
+            "service_instance_id=\"instance-1\"",
+        ] {
+            assert!(
+                target[0].contains(label),
+                "{label} missing in {}",
+                target[0]
+            );
+        }
+        assert!(text.contains("# TYPE process_resident_memory_bytes gauge"));
+        assert!(text.contains("# TYPE process_cpu_seconds_total counter"));
+        let genai = "gen_ai_server_request_duration_seconds_count";
+        let labels = [
+            ("gen_ai_operation_name", "chat"),
+            ("gen_ai_provider_name", "kiln"),
+        ];
+        assert_eq!(value(&text, genai, &labels), Some(1.0));
+        assert!(text.contains("# TYPE gen_ai_server_time_to_first_token_seconds histogram"));
+        assert!(text.contains("# TYPE gen_ai_server_time_per_output_token_seconds histogram"));
+    }
+
+    #[test]
+    fn idle_server_already_shows_gauges_and_zero_counters() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let text = render_metrics(&t.registry).unwrap();
+        assert_eq!(value(&text, "vllm:num_requests_waiting", &[]), Some(0.0));
+        for reason in ["stop", "length", "abort", "error"] {
+            let labels = [("finished_reason", reason)];
+            assert_eq!(
+                value(&text, "vllm:request_success_total", &labels),
+                Some(0.0)
+            );
+        }
+        let labels = [("reason", "queue_full")];
+        assert_eq!(
+            value(&text, "vllm:admission_rejections_total", &labels),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn disabled_renders_nothing() {
+        let cfg = TelemetryConfig {
+            enabled: false,
+            ..config("vllm:")
+        };
+        let t = build_telemetry(&cfg).unwrap();
+        assert!(t.instruments.is_none() && t.provider.is_none());
+        assert_eq!(render_metrics(&t.registry).unwrap(), "");
+        t.shutdown().unwrap();
+    }
+
+    #[test]
+    fn bad_config_is_refused_with_the_key() {
+        let err = build_telemetry(&config("vllm-")).err().unwrap();
+        assert!(err.to_string().contains("telemetry.engine_prefix"), "{err}");
+        let mut cfg = config("kiln_");
+        cfg.buckets.ttft = vec![1.0, 1.0];
+        let err = build_telemetry(&cfg).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "telemetry.buckets.ttft is not strictly increasing"
+        );
+    }
+
+    /// A reader the test can still collect from after handing it to the provider.
+    #[derive(Debug, Clone)]
+    struct SharedReader(Arc<ManualReader>);
+
+    impl MetricReader for SharedReader {
+        fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+            self.0.register_pipeline(pipeline)
+        }
+        fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+            self.0.collect(rm)
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            self.0.force_flush()
+        }
+        fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+            self.0.shutdown_with_timeout(timeout)
+        }
+        fn temporality(&self, kind: InstrumentKind) -> Temporality {
+            self.0.temporality(kind)
+        }
+    }
+
+    #[test]
+    fn push_readers_see_the_same_instruments() {
+        let shared = SharedReader(Arc::new(ManualReader::builder().build()));
+        let t =
+            build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
+        let mut rm = ResourceMetrics::default();
+        shared.collect(&mut rm).unwrap();
+        let names: Vec<String> = rm
+            .scope_metrics()
+            .flat_map(|s| s.metrics().map(|m| m.name().to_owned()))
+            .collect();
+        assert!(
+            names.iter().any(|n| n == "vllm:num_requests_running"),
+            "{names:?}"
+        );
+        t.shutdown().unwrap();
+    }
+}

@@ -1,0 +1,10 @@
+//! Telemetry: the only module that touches metrics APIs. The engine sends plain stats data
+//! (`data`) to the `StatsActor`, which records OpenTelemetry instruments declared once in
+//! `instruments`; `exporter` exposes them to Prometheus (and push readers).
+
+pub mod actor;
+pub mod data;
+pub mod exporter;
+pub mod http_middleware;
+pub mod instruments;
+pub mod throughput_log;

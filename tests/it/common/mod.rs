@@ -1,0 +1,146 @@
+//! Shared setup for integration tests: a real server on the tiny random-weight model.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kiln::config::Config;
+use kiln::executor::fake::{FakeBehaviour, FakeExecutor};
+use kiln::executor::model_runner::ModelRunner;
+use kiln::model::loader::open_model;
+use kiln::server::{prepare_engine, prepare_model};
+use kiln::testing::{TestServer, TinyModelSpec, write_tiny_model};
+use serde_json::Value;
+
+pub struct Tiny {
+    pub server: TestServer,
+    pub client: reqwest::blocking::Client,
+    _dir: tempfile::TempDir,
+    pub model_path: PathBuf,
+}
+
+/// Starts kiln on a freshly written tiny model; `tweak` adjusts the config first.
+pub fn start_tiny(tweak: impl FnOnce(&mut Config)) -> Tiny {
+    let (dir, model_path, config) = tiny_setup(tweak);
+    let files = open_model(&model_path).expect("open tiny model");
+    let prepared: kiln::server::PreparedEngine<ModelRunner> =
+        prepare_model(&config, files).expect("prepare");
+    let server = TestServer::start(config, prepared).expect("server starts");
+    Tiny {
+        server,
+        client: client(),
+        _dir: dir,
+        model_path,
+    }
+}
+
+/// Starts kiln with the tiny model's tokenizer and template but the fake executor (which
+/// can be slowed down, so requests are reliably still running or queued when observed).
+pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> Tiny {
+    let (dir, model_path, config) = tiny_setup(|c| {
+        c.engine.num_gpu_blocks_override = 64;
+        tweak(c)
+    });
+    let files = open_model(&model_path).expect("open tiny model");
+    let vocab = files.config.vocab_size as u32;
+    let blocks = config.engine.num_gpu_blocks_override;
+    let prepared = prepare_engine(
+        &config,
+        files,
+        "tiny-llama".into(),
+        blocks,
+        FakeExecutor::new(vocab, behaviour),
+    )
+    .expect("prepare");
+    let server = TestServer::start(config, prepared).expect("server starts");
+    Tiny {
+        server,
+        client: client(),
+        _dir: dir,
+        model_path,
+    }
+}
+
+fn tiny_setup(tweak: impl FnOnce(&mut Config)) -> (tempfile::TempDir, PathBuf, Config) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model_path = write_tiny_model(dir.path(), TinyModelSpec::default()).expect("tiny model");
+    let mut config = Config::default();
+    config.model.path = model_path.display().to_string();
+    config.engine.kv_cache_memory = "16MiB".into();
+    config.telemetry.log_interval_s = 60.0;
+    tweak(&mut config);
+    (dir, model_path, config)
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client")
+}
+
+impl Tiny {
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let resp = self
+            .client
+            .post(self.server.url(path))
+            .json(body)
+            .send()
+            .expect("request");
+        let status = resp.status().as_u16();
+        (status, resp.json().unwrap_or(Value::Null))
+    }
+
+    pub fn get_text(&self, path: &str) -> (u16, String) {
+        let resp = self
+            .client
+            .get(self.server.url(path))
+            .send()
+            .expect("request");
+        (resp.status().as_u16(), resp.text().expect("body"))
+    }
+
+    /// Posts a streaming request and returns every `data:` payload (including `[DONE]`).
+    pub fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let resp = self
+            .client
+            .post(self.server.url(path))
+            .json(body)
+            .send()
+            .expect("request");
+        assert_eq!(resp.status().as_u16(), 200);
+        let text = resp.text().expect("body");
+        text.split("\n\n")
+            .filter_map(|event| event.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Polls `/load` until `done` holds or the deadline passes (a condition wait, bounded).
+    pub fn wait_for_load(&self, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, text) = self.get_text("/load");
+            let load: Value = serde_json::from_str(&text).expect("load json");
+            if done(&load) || Instant::now() > deadline {
+                return load;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// The value of a metric series in Prometheus text (first line whose series matches).
+pub fn metric_value(exposition: &str, name: &str, label_fragment: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            let series = l.rsplit_once(' ').map_or("", |(s, _)| s);
+            (series == name || series.starts_with(&format!("{name}{{")))
+                && series.contains(label_fragment)
+        })
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+}

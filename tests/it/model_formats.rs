@@ -1,0 +1,174 @@
+//! Loading: the same weights from GGUF and from a Hugging Face folder give the same logits;
+//! broken files give errors that name the file, never a panic.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use kiln::config::Config;
+use kiln::engine::sampling_params::SamplingParams;
+use kiln::engine::types::Operation;
+use kiln::model::gguf::GgufFile;
+use kiln::model::loader::open_model;
+use kiln::model::sources::hf_name_to_gguf;
+use kiln::model::weights::{HostTensor, unpermute_rows};
+use kiln::scheduler::{NewRequest, Scheduler};
+use kiln::server::prepare_model;
+use kiln::testing::{TinyModelSpec, write_tiny_model};
+
+/// Largest |Δ| between logits of the two formats: identical f32 weights, identical code.
+const TOLERANCE: f32 = 1e-5;
+
+fn first_logits(model: &Path, prompt: &[u32]) -> Vec<f32> {
+    let mut config = Config::default();
+    config.model.path = model.display().to_string();
+    config.engine.kv_cache_memory = "8MiB".into();
+    let prepared = prepare_model(&config, open_model(model).expect("open")).expect("prepare");
+    let mut runner = prepared.executor;
+    let mut scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
+    let request = NewRequest {
+        id: "r".into(),
+        prompt_token_ids: prompt.to_vec(),
+        params: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        operation: Operation::TextCompletion,
+        arrival: Instant::now(),
+    };
+    scheduler.add(request, Instant::now()).expect("admitted");
+    let batch = scheduler.schedule(Instant::now());
+    runner.logits(&batch)
+}
+
+/// Rewrites a GGUF model as a Hugging Face folder: config.json, model.safetensors
+/// (Q/K rows un-permuted, HF names), tokenizer.json.
+fn write_hf_folder(gguf_path: &Path, dir: &Path, spec: TinyModelSpec) {
+    let gguf = GgufFile::open(gguf_path).expect("gguf");
+    let gguf_to_hf: HashMap<String, String> = (0..spec.layers)
+        .flat_map(|l| {
+            [
+                "input_layernorm",
+                "self_attn.q_proj",
+                "self_attn.k_proj",
+                "self_attn.v_proj",
+                "self_attn.o_proj",
+                "post_attention_layernorm",
+                "mlp.gate_proj",
+                "mlp.up_proj",
+                "mlp.down_proj",
+            ]
+            .map(|p| format!("model.layers.{l}.{p}.weight"))
+        })
+        .chain([
+            "model.embed_tokens.weight".to_string(),
+            "model.norm.weight".to_string(),
+        ])
+        .map(|hf| (hf_name_to_gguf(&hf).expect("mapped"), hf))
+        .collect();
+    let head_dim = spec.hidden / spec.heads;
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for info in gguf.tensors() {
+        let t = gguf.tensor_f32(&info.name).expect("tensor");
+        let mut host = HostTensor {
+            shape: t.shape,
+            data: t.data,
+        };
+        if info.name.ends_with("attn_q.weight") {
+            host = unpermute_rows(&host, spec.heads);
+        } else if info.name.ends_with("attn_k.weight") {
+            host = unpermute_rows(&host, spec.kv_heads);
+        }
+        let bytes = host.data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        tensors.push((gguf_to_hf[&info.name].clone(), host.shape, bytes));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                    .expect("view"),
+            )
+        })
+        .collect();
+    safetensors::tensor::serialize_to_file(views, None, &dir.join("model.safetensors"))
+        .expect("safetensors");
+    let config = serde_json::json!({
+        "vocab_size": gguf.get_u32("llama.vocab_size"),
+        "hidden_size": spec.hidden, "intermediate_size": spec.ffn, "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads, "num_key_value_heads": spec.kv_heads, "head_dim": head_dim,
+        "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": spec.context,
+        "tie_word_embeddings": true, "bos_token_id": 1, "eos_token_id": 2
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("config.json");
+    let files = open_model(gguf_path).expect("open gguf");
+    files
+        .tokenizer
+        .save(dir.join("tokenizer.json"), false)
+        .expect("tokenizer.json");
+}
+
+#[test]
+fn gguf_and_hugging_face_folders_give_the_same_logits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = TinyModelSpec::default();
+    let gguf = write_tiny_model(dir.path(), spec).expect("tiny model");
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).expect("mkdir");
+    write_hf_folder(&gguf, &hf, spec);
+    let prompt = [5, 80, 81, 90, 100, 3, 7];
+    let a = first_logits(&gguf, &prompt);
+    let b = first_logits(&hf, &prompt);
+    assert_eq!(a.len(), b.len());
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(worst <= TOLERANCE, "max |Δlogit| {worst}");
+    let hf_files = open_model(&hf).expect("hf");
+    let gguf_files = open_model(&gguf).expect("gguf");
+    let text = "hello <|im_start|> 123";
+    assert_eq!(
+        hf_files
+            .tokenizer
+            .encode(text, false)
+            .expect("enc")
+            .get_ids(),
+        gguf_files
+            .tokenizer
+            .encode(text, false)
+            .expect("enc")
+            .get_ids()
+    );
+}
+
+#[test]
+fn truncated_or_corrupt_files_give_errors_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = write_tiny_model(dir.path(), TinyModelSpec::default()).expect("tiny model");
+    let bytes = std::fs::read(&good).expect("read");
+    let broken = dir.path().join("broken.gguf");
+    for cut in [0, 3, 10, 100, 5000, bytes.len() / 2, bytes.len() - 1] {
+        std::fs::write(&broken, &bytes[..cut]).expect("write");
+        let err = match open_model(&broken) {
+            Err(e) => e.to_string(),
+            Ok(files) => {
+                // The header survived the cut; the tensor data must not.
+                let config = Config::default();
+                match prepare_model(&config, files) {
+                    Err(e) => e.to_string(),
+                    Ok(_) => panic!("a file cut at {cut} of {} bytes loaded", bytes.len()),
+                }
+            }
+        };
+        assert!(err.contains("broken.gguf"), "cut {cut}: {err}");
+    }
+    let missing = dir.path().join("absent.gguf");
+    let err = open_model(&missing)
+        .err()
+        .expect("missing file is an error")
+        .to_string();
+    assert!(err.contains("absent.gguf"), "{err}");
+}

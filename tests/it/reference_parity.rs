@@ -1,0 +1,157 @@
+//! The real default model against `../shared/reference/smollm2-greedy.json`, computed by an
+//! independent implementation (transformers, float32) on the same dequantised weights.
+//! Needs the model: `.ci/run` fetches it and sets `KILN_TEST_MODEL`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kiln::config::Config;
+use kiln::engine::sampling_params::SamplingParams;
+use kiln::engine::types::Operation;
+use kiln::executor::model_runner::ModelRunner;
+use kiln::model::loader::open_model;
+use kiln::scheduler::{NewRequest, Scheduler};
+use kiln::server::prepare_model;
+use kiln::testing::run_to_completion;
+use serde_json::Value;
+
+/// Largest allowed |kiln − reference| for a first-step logit. Both run f32 on the same
+/// weights; summation order differs, which moves logits of magnitude ~10–30 by ~1e-4.
+const LOGIT_TOLERANCE: f32 = 1e-2;
+
+fn model_path() -> PathBuf {
+    PathBuf::from(
+        std::env::var("KILN_TEST_MODEL")
+            .expect("KILN_TEST_MODEL must name the default model's GGUF"),
+    )
+}
+
+fn cases() -> Vec<Value> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/smollm2-greedy.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let json: Value = serde_json::from_str(&text).expect("reference json");
+    json["cases"].as_array().expect("cases").clone()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn engine() -> (Scheduler, ModelRunner) {
+    let mut config = Config::default();
+    config.model.path = model_path().display().to_string();
+    config.engine.kv_cache_memory = "256MiB".into();
+    let files = open_model(&model_path()).expect("open model");
+    let prepared = prepare_model(&config, files).expect("prepare");
+    (
+        Scheduler::new(prepared.scheduler, prepared.end_of_generation),
+        prepared.executor,
+    )
+}
+
+fn greedy(id: &str, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
+    NewRequest {
+        id: id.to_string(),
+        prompt_token_ids: prompt,
+        params: SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            ..Default::default()
+        },
+        operation: Operation::TextCompletion,
+        arrival: Instant::now(),
+    }
+}
+
+#[test]
+#[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
+fn tokenizer_reproduces_every_reference_prompt() {
+    let files = open_model(&model_path()).expect("open model");
+    for case in cases() {
+        let text = case["text"].as_str().expect("text");
+        let encoded = files.tokenizer.encode(text, false).expect("encode");
+        assert_eq!(
+            encoded.get_ids(),
+            ids(&case["prompt_ids"]).as_slice(),
+            "case {}",
+            case["name"]
+        );
+        let decoded = files
+            .tokenizer
+            .decode(&ids(&case["greedy_ids"]), false)
+            .expect("decode");
+        assert_eq!(
+            decoded,
+            case["greedy_text"].as_str().expect("greedy_text"),
+            "case {}",
+            case["name"]
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
+fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
+    let (mut scheduler, mut runner) = engine();
+    let cases = cases();
+    let mut alone = Vec::new();
+    for case in &cases {
+        let name = case["name"].as_str().expect("name");
+        scheduler
+            .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
+            .expect("admitted");
+        let out = run_to_completion(&mut scheduler, &mut runner);
+        let stable = case["stable_prefix_tokens"].as_u64().expect("stable") as usize;
+        let expected = ids(&case["greedy_ids"]);
+        assert_eq!(&out[name][..stable], &expected[..stable], "case {name}");
+        alone.push(out[name].clone());
+    }
+    // All cases at once: prompts of different lengths share every batch.
+    for case in &cases {
+        let name = case["name"].as_str().expect("name");
+        scheduler
+            .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
+            .expect("admitted");
+    }
+    let batched = run_to_completion(&mut scheduler, &mut runner);
+    for (case, alone) in cases.iter().zip(&alone) {
+        let name = case["name"].as_str().expect("name");
+        assert_eq!(
+            &batched[name], alone,
+            "case {name}: batched output differs from alone"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
+fn first_step_logits_match_the_reference_top10() {
+    let (mut scheduler, mut runner) = engine();
+    for case in cases() {
+        let name = case["name"].as_str().expect("name");
+        scheduler
+            .add(greedy(name, ids(&case["prompt_ids"]), 1), Instant::now())
+            .expect("admitted");
+        let batch = scheduler.schedule(Instant::now());
+        let logits = runner.logits(&batch);
+        let mut worst = 0.0f32;
+        for pair in case["first_step_top10"].as_array().expect("top10") {
+            let token = pair[0].as_u64().expect("token") as usize;
+            let reference = pair[1].as_f64().expect("logit") as f32;
+            worst = worst.max((logits[token] - reference).abs());
+        }
+        assert!(
+            worst <= LOGIT_TOLERANCE,
+            "case {name}: max |Δlogit| {worst} > {LOGIT_TOLERANCE}"
+        );
+        // Finish the request so the next case starts from an empty cache.
+        let output = kiln::executor::Executor::execute(&mut runner, &batch).expect("step");
+        scheduler.update_from_output(&batch, output, Instant::now());
+        assert!(!scheduler.has_work());
+    }
+}
