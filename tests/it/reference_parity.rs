@@ -16,8 +16,8 @@ use kiln::testing::run_to_completion;
 use serde_json::Value;
 
 /// Largest allowed |kiln − reference| for a first-step logit. Both run f32 on the same
-/// weights; summation order differs, which moves logits of magnitude ~10–30 by ~1e-4.
-const LOGIT_TOLERANCE: f32 = 1e-2;
+/// weights; summation order differs (measured: at most 3e-5 on logits of magnitude 10–30).
+const LOGIT_TOLERANCE: f32 = 1e-3;
 
 fn model_path() -> PathBuf {
     PathBuf::from(
