@@ -2,7 +2,9 @@
 //! (`block * block_size + offset`). The executor owns them; the block manager decides
 //! which slots a sequence uses.
 
-use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+
+use super::backend_ops::KvCacheOps;
 
 /// Geometry of the device cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,20 +63,20 @@ pub fn context_slots(block_table: &[u32], block_size: usize, context_len: usize)
         .collect()
 }
 
-struct LayerCache<B: Backend> {
+struct LayerCache<B: KvCacheOps> {
     /// `[num_slots, kv_dim]`; `None` only while being updated in place.
     k: Option<Tensor<B, 2>>,
     v: Option<Tensor<B, 2>>,
 }
 
 /// Preallocated paged K/V tensors for every layer.
-pub struct PagedKvCache<B: Backend> {
+pub struct PagedKvCache<B: KvCacheOps> {
     geometry: CacheGeometry,
     layers: Vec<LayerCache<B>>,
     device: B::Device,
 }
 
-impl<B: Backend> PagedKvCache<B> {
+impl<B: KvCacheOps> PagedKvCache<B> {
     pub fn new(geometry: CacheGeometry, device: &B::Device) -> Self {
         let shape = [geometry.num_slots(), geometry.kv_dim];
         let layers = (0..geometry.num_layers)
@@ -107,16 +109,10 @@ impl<B: Backend> PagedKvCache<B> {
         v_new: Tensor<B, 2>,
     ) {
         let cache = &mut self.layers[layer];
-        let mut k = cache.k.take().expect("layer K cache present between steps");
-        let mut v = cache.v.take().expect("layer V cache present between steps");
-        for run in runs {
-            let rows = run.token_row..run.token_row + run.len;
-            let slots = run.first_slot..run.first_slot + run.len;
-            k = k.slice_assign([slots.clone()], k_new.clone().slice([rows.clone()]));
-            v = v.slice_assign([slots], v_new.clone().slice([rows]));
-        }
-        cache.k = Some(k);
-        cache.v = Some(v);
+        let k = cache.k.take().expect("layer K cache present between steps");
+        let v = cache.v.take().expect("layer V cache present between steps");
+        cache.k = Some(B::write_rows(k, runs, k_new));
+        cache.v = Some(B::write_rows(v, runs, v_new));
     }
 
     /// Gathers the K/V rows of the given slots.

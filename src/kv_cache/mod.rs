@@ -1,4 +1,5 @@
 //! The paged KV cache: block bookkeeping (pure) and the device tensors (executor-owned).
 
+pub mod backend_ops;
 pub mod block_manager;
 pub mod device_cache;

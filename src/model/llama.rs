@@ -6,6 +6,7 @@ use burn::tensor::{Int, Tensor, TensorData, activation::silu, backend::Backend};
 use super::attention::causal_gqa;
 use super::config::LlamaConfig;
 use super::rope::RotaryEmbedding;
+use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
 
 /// One sequence's share of a forward pass.
@@ -51,13 +52,13 @@ pub struct Llama<B: Backend> {
 }
 
 /// Index data prepared once per step and shared by every layer.
-struct StepLayout<B: Backend> {
+struct StepLayout<B: KvCacheOps> {
     write_runs: Vec<SlotRun>,
     /// Per sequence: first row in the flattened batch, rows, and context slot ids.
     sequences: Vec<(usize, usize, Tensor<B, 1, Int>)>,
 }
 
-impl<B: Backend> Llama<B> {
+impl<B: KvCacheOps> Llama<B> {
     /// Runs one step for a batch of sequences and returns the logits of the last token of
     /// each sequence that asked for them, in batch order.
     ///

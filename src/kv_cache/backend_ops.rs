@@ -1,0 +1,115 @@
+//! Writing new K/V rows into the cache in place, per backend.
+//!
+//! burn-flex 0.21's `slice_assign` keeps a second reference to the destination while it
+//! writes, so copy-on-write duplicates the whole layer cache on every call (measured: 3.6
+//! tok/s with a 1 GiB cache against 13 with 32 MiB). On flex we write straight into the
+//! uniquely owned buffer; other backends use `slice_assign`, which updates in place there.
+
+use burn::tensor::{Tensor, backend::Backend};
+
+use super::device_cache::SlotRun;
+
+/// Backends that can scatter rows into the KV cache.
+pub trait KvCacheOps: Backend {
+    /// Copies `rows[run.token_row ..][.. run.len]` into `cache[run.first_slot ..]` for
+    /// each run and returns the updated cache.
+    ///
+    /// # Shapes
+    /// - cache: `[slots, width]`, rows: `[tokens, width]`
+    fn write_rows(
+        cache: Tensor<Self, 2>,
+        runs: &[SlotRun],
+        rows: Tensor<Self, 2>,
+    ) -> Tensor<Self, 2>;
+}
+
+/// The portable path: one `slice_assign` per run.
+pub fn write_rows_sliced<B: Backend>(
+    mut cache: Tensor<B, 2>,
+    runs: &[SlotRun],
+    rows: Tensor<B, 2>,
+) -> Tensor<B, 2> {
+    for run in runs {
+        let src = run.token_row..run.token_row + run.len;
+        let dst = run.first_slot..run.first_slot + run.len;
+        cache = cache.slice_assign([dst], rows.clone().slice([src]));
+    }
+    cache
+}
+
+#[cfg(feature = "cuda")]
+impl KvCacheOps for burn::backend::Cuda {
+    fn write_rows(
+        cache: Tensor<Self, 2>,
+        runs: &[SlotRun],
+        rows: Tensor<Self, 2>,
+    ) -> Tensor<Self, 2> {
+        write_rows_sliced(cache, runs, rows)
+    }
+}
+
+impl KvCacheOps for burn::backend::Flex {
+    fn write_rows(
+        cache: Tensor<Self, 2>,
+        runs: &[SlotRun],
+        rows: Tensor<Self, 2>,
+    ) -> Tensor<Self, 2> {
+        use burn::tensor::TensorPrimitive;
+        let [_, width] = cache.dims();
+        let Ok(src) = rows.clone().into_data().into_vec::<f32>() else {
+            return write_rows_sliced(cache, runs, rows);
+        };
+        let TensorPrimitive::Float(mut primitive) = cache.into_primitive() else {
+            unreachable!("the KV cache is a float tensor")
+        };
+        let whole_buffer = primitive.is_contiguous() && primitive.layout().start_offset() == 0;
+        match primitive.try_storage_mut::<f32>() {
+            Some(dst) if whole_buffer => {
+                for run in runs {
+                    let from = run.token_row * width;
+                    let to = run.first_slot * width;
+                    let n = run.len * width;
+                    dst[to..to + n].copy_from_slice(&src[from..from + n]);
+                }
+                Tensor::from_primitive(TensorPrimitive::Float(primitive))
+            }
+            _ => write_rows_sliced(
+                Tensor::from_primitive(TensorPrimitive::Float(primitive)),
+                runs,
+                rows,
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::TensorData;
+
+    #[test]
+    fn in_place_writes_match_slice_assign() {
+        let device = Default::default();
+        let cache = || Tensor::<Flex, 2>::zeros([12, 3], &device);
+        let rows = Tensor::<Flex, 2>::from_data(
+            TensorData::new((0..15).map(|v| v as f32).collect::<Vec<_>>(), [5, 3]),
+            &device,
+        );
+        let runs = [
+            SlotRun {
+                token_row: 0,
+                first_slot: 9,
+                len: 2,
+            },
+            SlotRun {
+                token_row: 2,
+                first_slot: 0,
+                len: 3,
+            },
+        ];
+        let fast = <Flex as KvCacheOps>::write_rows(cache(), &runs, rows.clone());
+        let slow = write_rows_sliced(cache(), &runs, rows);
+        assert_eq!(fast.into_data(), slow.into_data());
+    }
+}
