@@ -24,7 +24,9 @@ use crate::model::{Backend, default_device};
 use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
-use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry};
+use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, render_metrics, METRICS_CONTENT_TYPE};
+use crate::stats::otlp::build_otlp_reader;
+use crate::stats::exporter::Telemetry;
 use crate::stats::instruments::HistogramBuckets;
 
 /// What the api needs to know about the served model.
@@ -50,8 +52,12 @@ pub struct PreparedEngine<E: Executor> {
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub server: actix_web::dev::Server,
+    /// The separate `/metrics` listener (`telemetry.metrics_listen`), already running.
+    pub metrics_addr: Option<SocketAddr>,
     pub scheduler: Addr<SchedulerActor>,
     pub stats: Addr<StatsActor>,
+    /// Flushes the final OTLP export on shutdown.
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// `kiln serve`: load, start, and serve until stopped.
@@ -64,7 +70,9 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let running = start(&config, prepared).await?;
         tracing::info!("serving on http://{}", running.addr);
-        running.server.await.context("http server")
+        running.server.await.context("http server")?;
+        running.telemetry.shutdown().ok();
+        Ok(())
     })
 }
 
@@ -192,7 +200,14 @@ pub async fn start<E: Executor>(
     config: &Config,
     prepared: PreparedEngine<E>,
 ) -> anyhow::Result<RunningServer> {
-    let telemetry = build_telemetry(&TelemetryConfig {
+    let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
+        Some(otlp) => {
+            tracing::info!(endpoint = %otlp.endpoint, protocol = otlp.protocol.as_str(), "pushing metrics over OTLP");
+            vec![build_otlp_reader(&otlp)?]
+        }
+        None => Vec::new(),
+    };
+    let telemetry = build_telemetry_with_readers(&TelemetryConfig {
         enabled: config.telemetry.enabled,
         engine_prefix: config.telemetry.engine_prefix.clone(),
         model_name: prepared.served.name.clone(),
@@ -205,7 +220,7 @@ pub async fn start<E: Executor>(
             num_cpu_blocks: 0,
             enable_prefix_caching: false,
         },
-    })?;
+    }, push_readers)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
     };
@@ -213,12 +228,14 @@ pub async fn start<E: Executor>(
     let executor = start_executor(prepared.executor);
     let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
     let scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).start();
+    let telemetry = Arc::new(telemetry);
     let state = web::Data::new(AppState {
         model: prepared.served,
         scheduler: scheduler.clone(),
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
-        _telemetry: Arc::new(telemetry),
+        per_request_metrics: config.server.enable_per_request_metrics,
+        _telemetry: Arc::clone(&telemetry),
     });
     let body_limit = config.server.max_request_body_bytes;
     let stats_for_http = stats.clone();
@@ -228,6 +245,7 @@ pub async fn start<E: Executor>(
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
             .configure(api::routes)
+            .wrap(actix_web::middleware::from_fn(crate::api::load_header::endpoint_load_metrics))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(crate::stats::http_middleware::HttpMetrics::new(
                 stats_for_http.clone(),
@@ -241,10 +259,44 @@ pub async fn start<E: Executor>(
         .first()
         .copied()
         .context("no bound address")?;
+    let metrics_addr = match config.telemetry.metrics_listen.as_str() {
+        "" => None,
+        listen => Some(start_metrics_listener(listen, telemetry.registry.clone())?),
+    };
     Ok(RunningServer {
         addr,
         server: server.run(),
+        metrics_addr,
         scheduler,
         stats,
+        telemetry,
     })
+}
+
+/// A second listener that serves only `GET /metrics`, so scraping can stay off the public port.
+fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyhow::Result<SocketAddr> {
+    let server = HttpServer::new(move || {
+        let registry = registry.clone();
+        App::new()
+            .route(
+                "/metrics",
+                web::get().to(move || {
+                    let registry = registry.clone();
+                    async move {
+                        match render_metrics(&registry) {
+                            Ok(text) => actix_web::HttpResponse::Ok().content_type(METRICS_CONTENT_TYPE).body(text),
+                            Err(e) => actix_web::HttpResponse::InternalServerError().body(e.to_string()),
+                        }
+                    }
+                }),
+            )
+            .wrap(actix_web::middleware::Compress::default())
+    })
+    .workers(1)
+    .bind(listen)
+    .with_context(|| format!("binding telemetry.metrics_listen {listen}"))?;
+    let addr = server.addrs().first().copied().context("no bound metrics address")?;
+    actix_web::rt::spawn(server.run());
+    tracing::info!("metrics on http://{addr}/metrics");
+    Ok(addr)
 }

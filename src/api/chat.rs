@@ -62,7 +62,7 @@ pub async fn create_chat_completion(
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        let format = ChatFormat { id, created, model };
+        let format = ChatFormat { id, created, model, per_request_metrics: state.per_request_metrics };
         return Ok(sse_response(choices, prompt_tokens, include_usage, format));
     }
     let want_logprobs = request.logprobs.unwrap_or(false);
@@ -79,6 +79,7 @@ pub async fn create_chat_completion(
                 logprobs: want_logprobs.then(|| chat_logprobs(&delta.tokens)),
                 message: ChatResponseMessage::assistant(delta.text),
                 finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
+                metrics: delta.end.filter(|_| state.per_request_metrics).map(|e| e.request_metrics()),
             }
         })
         .collect();
@@ -114,6 +115,7 @@ struct ChatFormat {
     id: String,
     created: u64,
     model: String,
+    per_request_metrics: bool,
 }
 
 impl ChatFormat {
@@ -133,6 +135,7 @@ impl ChunkFormat for ChatFormat {
             delta,
             logprobs: None,
             finish_reason: None,
+            metrics: None,
         };
         Some(sse_data(&self.chunk(vec![choice])))
     }
@@ -146,6 +149,7 @@ impl ChunkFormat for ChatFormat {
             },
             logprobs: (!delta.tokens.is_empty()).then(|| chat_logprobs(&delta.tokens)),
             finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
+            metrics: delta.end.filter(|_| self.per_request_metrics).map(|e| e.request_metrics()),
         };
         sse_data(&self.chunk(vec![choice]))
     }

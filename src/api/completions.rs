@@ -61,6 +61,7 @@ pub async fn create_completion(
             created,
             model,
             offsets: Default::default(),
+            per_request_metrics: state.per_request_metrics,
         };
         return Ok(sse_response(choices, prompt_tokens, include_usage, format));
     }
@@ -79,6 +80,7 @@ pub async fn create_completion(
                 text: delta.text,
                 logprobs,
                 finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
+                metrics: delta.end.filter(|_| state.per_request_metrics).map(|e| e.request_metrics()),
             }
         })
         .collect();
@@ -111,6 +113,7 @@ struct CompletionFormat {
     model: String,
     /// Per choice: bytes of text sent so far (for `text_offset`).
     offsets: std::collections::HashMap<u32, u32>,
+    per_request_metrics: bool,
 }
 
 impl ChunkFormat for CompletionFormat {
@@ -132,6 +135,7 @@ impl ChunkFormat for CompletionFormat {
             text: delta.text.clone(),
             logprobs,
             finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
+            metrics: delta.end.filter(|_| self.per_request_metrics).map(|e| e.request_metrics()),
         };
         sse_data(&CompletionChunk::new(
             self.id.clone(),

@@ -11,6 +11,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::detokenizer::IncrementalDetokenizer;
 use super::errors::ApiError;
+use super::openai_types::RequestMetrics;
 use super::stop_strings::StopStringMatcher;
 use crate::engine::events::{EngineError, TokenEvent, TokenLogprobs, TokenUsage};
 use crate::engine::messages::{Abort, AbortReason, Generate};
@@ -128,24 +129,9 @@ impl ChoiceStream {
                     let text = self.detokenizer.push(&self.tokenizer, id);
                     let outcome = self.stops.push(&text);
                     if outcome.stopped {
-                        self.finished = true;
-                        self.scheduler.do_send(Abort {
-                            id: self.id.clone(),
-                            reason: AbortReason::StopString,
-                        });
-                        let end = ChoiceEnd {
-                            reason: FinishReason::Stop,
-                            usage: TokenUsage {
-                                prompt_tokens: self.prompt_tokens,
-                                completion_tokens: self.completion_tokens,
-                            },
-                            timings: RequestIntervals::default(),
-                        };
-                        return Some(Ok(ChoiceDelta {
-                            text: outcome.emit,
-                            tokens,
-                            end: Some(end),
-                        }));
+                        // The engine's own usage and timings arrive with its `Finished`.
+                        self.scheduler.do_send(Abort { id: self.id.clone(), reason: AbortReason::StopString });
+                        return Some(Ok(self.await_stop_confirmation(outcome.emit, tokens).await));
                     }
                     if outcome.emit.is_empty() && tokens.is_empty() {
                         continue;
@@ -190,6 +176,25 @@ impl ChoiceStream {
         }
     }
 
+    /// After a stop string: skips tokens generated meanwhile and ends with the engine's
+    /// usage and timings, so responses and metrics count the same tokens.
+    async fn await_stop_confirmation(&mut self, text: String, tokens: Vec<TokenDetail>) -> ChoiceDelta {
+        self.finished = true;
+        let mut end = ChoiceEnd {
+            reason: FinishReason::Stop,
+            usage: TokenUsage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens },
+            timings: RequestIntervals::default(),
+        };
+        while let Some(event) = self.events.recv().await {
+            if let TokenEvent::Finished { usage, timings, .. } = event {
+                end.usage = usage;
+                end.timings = timings;
+                break;
+            }
+        }
+        ChoiceDelta { text, tokens, end: Some(end) }
+    }
+
     fn detail(&self, id: u32, lp: &TokenLogprobs) -> TokenDetail {
         TokenDetail {
             text: self.token_text(id),
@@ -230,6 +235,22 @@ pub fn engine_error(error: EngineError) -> ApiError {
         },
         EngineError::Executor(_) => ApiError::EngineError(error.to_string()),
         EngineError::Unavailable => ApiError::Unavailable(error.to_string()),
+    }
+}
+
+impl ChoiceEnd {
+    /// The per-request figures of `--enable-per-request-metrics`.
+    pub fn request_metrics(&self) -> RequestMetrics {
+        let t = &self.timings;
+        let generated = self.usage.completion_tokens as f64;
+        RequestMetrics {
+            queue_s: t.queue_s,
+            time_to_first_token_s: t.time_to_first_token_s,
+            decode_s: t.decode_s,
+            mean_inter_token_latency_s: t.time_per_output_token_s,
+            e2e_s: t.e2e_s,
+            output_tokens_per_s: if t.e2e_s > 0.0 { generated / t.e2e_s } else { 0.0 },
+        }
     }
 }
 

@@ -5,6 +5,7 @@ pub mod completions;
 pub mod detokenizer;
 pub mod errors;
 pub mod generation;
+pub mod load_header;
 pub mod openai_types;
 pub mod prompt;
 pub mod routes;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub scheduler: Addr<SchedulerActor>,
     pub stats: Addr<StatsActor>,
     pub registry: prometheus::Registry,
+    /// Add per-request `metrics` to responses.
+    pub per_request_metrics: bool,
     /// Keeps the meter provider (and its exporters) alive as long as the server.
     pub _telemetry: Arc<Telemetry>,
 }

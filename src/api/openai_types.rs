@@ -381,6 +381,24 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<u32>,
 }
 
+/// Per-request figures (seconds), the same intervals the histograms observe, so a bill and
+/// a dashboard always agree.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RequestMetrics {
+    /// scheduled − queued.
+    pub queue_s: Option<f64>,
+    /// first token − arrival.
+    pub time_to_first_token_s: Option<f64>,
+    /// last token − first token.
+    pub decode_s: Option<f64>,
+    /// (last token − first token) / (generated − 1): the mean inter-token latency.
+    pub mean_inter_token_latency_s: Option<f64>,
+    /// finished − arrival.
+    pub e2e_s: f64,
+    /// Generated tokens / end-to-end time.
+    pub output_tokens_per_s: f64,
+}
+
 /// `finish_reason` and `logprobs` are always serialized, `null` while
 /// unknown, because OpenAI sends them that way and some clients index them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -390,6 +408,10 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// `"stop"` or `"length"` (engine `FinishReason::as_str`).
     pub finish_reason: Option<String>,
+    /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
+    /// exactly as the engine's histograms define them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RequestMetrics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -492,6 +514,10 @@ pub struct ChatChoice {
     pub message: ChatResponseMessage,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<String>,
+    /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
+    /// exactly as the engine's histograms define them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RequestMetrics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -541,6 +567,10 @@ pub struct ChatChunkChoice {
     pub delta: ChatDelta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<String>,
+    /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
+    /// exactly as the engine's histograms define them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RequestMetrics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -735,6 +765,7 @@ mod tests {
                 },
                 logprobs: None,
                 finish_reason: None,
+                metrics: None,
             }],
         );
         let v = serde_json::to_value(&chunk).unwrap();
@@ -774,6 +805,7 @@ mod tests {
                     text_offset: vec![0],
                 }),
                 finish_reason: Some("length".into()),
+                metrics: None,
             }],
             Usage::new(1, 1),
         );
@@ -799,6 +831,7 @@ mod tests {
                 message: ChatResponseMessage::assistant("yo".into()),
                 logprobs: None,
                 finish_reason: Some("stop".into()),
+                metrics: None,
             }],
             Usage::new(2, 1),
         );

@@ -77,6 +77,30 @@ pub struct ServeArgs {
     /// Seconds between stats log lines.
     #[arg(long, env = "KILN_LOG_INTERVAL")]
     pub log_interval: Option<f64>,
+    /// Also serve /metrics on this address (HOST:PORT), e.g. to keep it off the public port.
+    #[arg(long, env = "KILN_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// Add a `metrics` object (queue, TTFT, decode, ITL, tokens/s) to every response.
+    #[arg(long, env = "KILN_ENABLE_PER_REQUEST_METRICS")]
+    pub enable_per_request_metrics: bool,
+    /// Push metrics over OTLP to this URL (http/protobuf: include /v1/metrics).
+    #[arg(long, env = "KILN_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// http/protobuf or grpc.
+    #[arg(long, env = "KILN_OTLP_PROTOCOL")]
+    pub otlp_protocol: Option<String>,
+    /// Seconds between OTLP exports.
+    #[arg(long, env = "KILN_OTLP_INTERVAL")]
+    pub otlp_interval: Option<f64>,
+    /// Seconds one OTLP export may take.
+    #[arg(long, env = "KILN_OTLP_TIMEOUT")]
+    pub otlp_timeout: Option<f64>,
+    /// An OTLP request header, NAME=VALUE (repeatable).
+    #[arg(long = "otlp-header", env = "KILN_OTLP_HEADERS", value_delimiter = ',')]
+    pub otlp_headers: Vec<String>,
+    /// cumulative or delta.
+    #[arg(long, env = "KILN_OTLP_TEMPORALITY")]
+    pub otlp_temporality: Option<String>,
 }
 
 impl ServeArgs {
@@ -86,6 +110,8 @@ impl ServeArgs {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
+        // The standard OpenTelemetry variables sit between the file and kiln's own settings.
+        c.apply_otel_env(|name| std::env::var(name).ok())?;
         fn set<T: Clone>(target: &mut T, value: &Option<T>) {
             if let Some(v) = value {
                 *target = v.clone();
@@ -115,8 +141,22 @@ impl ServeArgs {
         set(&mut c.engine.max_waiting, &self.max_waiting);
         set(&mut c.telemetry.engine_prefix, &self.engine_prefix);
         set(&mut c.telemetry.log_interval_s, &self.log_interval);
+        set(&mut c.telemetry.metrics_listen, &self.metrics_listen);
+        set(&mut c.telemetry.otlp_endpoint, &self.otlp_endpoint);
+        set(&mut c.telemetry.otlp_protocol, &self.otlp_protocol);
+        set(&mut c.telemetry.otlp_interval_s, &self.otlp_interval);
+        set(&mut c.telemetry.otlp_timeout_s, &self.otlp_timeout);
+        set(&mut c.telemetry.otlp_temporality, &self.otlp_temporality);
+        for header in &self.otlp_headers {
+            let name = header.split('=').next().unwrap_or("").trim().to_string();
+            c.telemetry.otlp_headers.retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
+            c.telemetry.otlp_headers.push(header.clone());
+        }
         if self.disable_telemetry {
             c.telemetry.enabled = false;
+        }
+        if self.enable_per_request_metrics {
+            c.server.enable_per_request_metrics = true;
         }
         c.validate()?;
         Ok(c)

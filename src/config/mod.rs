@@ -11,6 +11,8 @@ use serde::Deserialize;
 
 pub use bytes::parse_bytes;
 
+use crate::stats::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -29,6 +31,8 @@ pub struct ServerConfig {
     pub served_model_name: String,
     /// Largest accepted request body.
     pub max_request_body_bytes: usize,
+    /// Add a `metrics` object (queue, TTFT, decode, ITL, tokens/s) to every response.
+    pub enable_per_request_metrics: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -62,6 +66,18 @@ pub struct TelemetrySettings {
     pub enabled: bool,
     pub engine_prefix: String,
     pub log_interval_s: f64,
+    /// Serve `/metrics` on this address too (e.g. "127.0.0.1:9090"); empty: only on the API port.
+    pub metrics_listen: String,
+    /// OTLP push target, the exact URL; empty: no push (unless `OTEL_EXPORTER_OTLP_*ENDPOINT`).
+    pub otlp_endpoint: String,
+    /// "http/protobuf" or "grpc".
+    pub otlp_protocol: String,
+    pub otlp_interval_s: f64,
+    pub otlp_timeout_s: f64,
+    /// Extra request headers, each "name=value".
+    pub otlp_headers: Vec<String>,
+    /// "cumulative" or "delta".
+    pub otlp_temporality: String,
 }
 
 impl Default for Config {
@@ -82,6 +98,7 @@ impl Default for ServerConfig {
             port: 8000,
             served_model_name: String::new(),
             max_request_body_bytes: 1 << 20,
+            enable_per_request_metrics: false,
         }
     }
 }
@@ -115,6 +132,13 @@ impl Default for TelemetrySettings {
             enabled: true,
             engine_prefix: "vllm:".into(),
             log_interval_s: 5.0,
+            metrics_listen: String::new(),
+            otlp_endpoint: String::new(),
+            otlp_protocol: "http/protobuf".into(),
+            otlp_interval_s: 60.0,
+            otlp_timeout_s: 10.0,
+            otlp_headers: Vec::new(),
+            otlp_temporality: "cumulative".into(),
         }
     }
 }
@@ -197,6 +221,74 @@ impl Config {
                 "telemetry.engine_prefix",
                 "may contain only ASCII letters, digits, '_' and ':'",
             ));
+        }
+        if !t.metrics_listen.is_empty() {
+            t.metrics_listen
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("telemetry.metrics_listen", format!("`{}`: {e}", t.metrics_listen)))?;
+        }
+        self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
+        Ok(())
+    }
+
+    /// The OTLP push settings, or `None` when no endpoint is configured.
+    pub fn otlp(&self) -> Result<Option<OtlpConfig>, String> {
+        let t = &self.telemetry;
+        if t.otlp_endpoint.is_empty() {
+            return Ok(None);
+        }
+        let protocol: OtlpProtocol = t.otlp_protocol.parse().map_err(|e: OtlpError| e.to_string())?;
+        let mut cfg = OtlpConfig::new(t.otlp_endpoint.clone(), protocol);
+        cfg.temporality = t.otlp_temporality.parse().map_err(|e: OtlpError| e.to_string())?;
+        let seconds = |key: &str, v: f64| {
+            (v > 0.0 && v.is_finite())
+                .then(|| std::time::Duration::from_secs_f64(v))
+                .ok_or_else(|| format!("{key} must be a positive number of seconds"))
+        };
+        cfg.interval = seconds("otlp_interval_s", t.otlp_interval_s)?;
+        cfg.timeout = seconds("otlp_timeout_s", t.otlp_timeout_s)?;
+        for header in &t.otlp_headers {
+            let (name, value) = header
+                .split_once('=')
+                .filter(|(n, _)| !n.trim().is_empty())
+                .ok_or_else(|| format!("otlp header `{header}` is not name=value"))?;
+            cfg.set_header(name.trim(), value.trim());
+        }
+        Ok(Some(cfg))
+    }
+
+    /// Applies the standard `OTEL_EXPORTER_OTLP_*` / `OTEL_METRIC_EXPORT_INTERVAL` variables
+    /// (read through `lookup`) over the file's OTLP settings; kiln's flags come after.
+    pub fn apply_otel_env(&mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        let t = &self.telemetry;
+        let env_endpoint = ["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
+            .iter()
+            .any(|v| lookup(v).is_some_and(|e| !e.trim().is_empty()));
+        if t.otlp_endpoint.is_empty() && !env_endpoint {
+            return Ok(()); // no push configured anywhere (flags may still add it)
+        }
+        let mut base = OtlpConfig::new(
+            t.otlp_endpoint.clone(),
+            t.otlp_protocol.parse().map_err(|e: OtlpError| invalid("telemetry.otlp_protocol", e.to_string()))?,
+        );
+        base.temporality =
+            t.otlp_temporality.parse().map_err(|e: OtlpError| invalid("telemetry.otlp_temporality", e.to_string()))?;
+        base.interval = std::time::Duration::from_secs_f64(t.otlp_interval_s.max(0.001));
+        base.timeout = std::time::Duration::from_secs_f64(t.otlp_timeout_s.max(0.001));
+        let Some(cfg) = otlp_config_from_lookup(Some(base), lookup)
+            .map_err(|e| invalid("OTEL_EXPORTER_OTLP_*", e.to_string()))?
+        else {
+            return Ok(());
+        };
+        let t = &mut self.telemetry;
+        t.otlp_endpoint = cfg.endpoint;
+        t.otlp_protocol = cfg.protocol.as_str().to_string();
+        t.otlp_temporality = cfg.temporality.as_str().to_string();
+        t.otlp_interval_s = cfg.interval.as_secs_f64();
+        t.otlp_timeout_s = cfg.timeout.as_secs_f64();
+        for (name, value) in cfg.headers {
+            t.otlp_headers.retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
+            t.otlp_headers.push(format!("{name}={value}"));
         }
         Ok(())
     }

@@ -7,4 +7,5 @@ pub mod data;
 pub mod exporter;
 pub mod http_middleware;
 pub mod instruments;
+pub mod otlp;
 pub mod throughput_log;

@@ -1,0 +1,487 @@
+//! OTLP push of the same instruments `/metrics` serves: a `PeriodicReader` joined to the one
+//! `SdkMeterProvider` through `build_telemetry_with_readers`, exporting over `http/protobuf`
+//! or `grpc` with kiln's resource (`service.name`, `service.instance.id`, …).
+//!
+//! # How kiln wires it
+//!
+//! ```text
+//! kiln serve --otlp-endpoint URL --otlp-protocol http/protobuf|grpc --otlp-interval SECS \
+//!            --otlp-timeout SECS --otlp-header K=V (repeatable) --otlp-temporality cumulative|delta
+//! ```
+//!
+//! 1. The config file's OTLP section, if any, becomes `Option<OtlpConfig>`.
+//! 2. `otlp_config_from_env(that)?`: the standard `OTEL_EXPORTER_OTLP_*` variables fill or
+//!    override it; with no endpoint anywhere the result is `None` (no push).
+//! 3. kiln applies its `--otlp-*` flags on top, so flags win. `--otlp-endpoint` is the exact
+//!    URL (like `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`: for http/protobuf it includes
+//!    `/v1/metrics`; `metrics_endpoint_from_base` derives it from a collector's base URL).
+//!    `--otlp-header` replaces a header of the same name, case-insensitively.
+//! 4. `build_otlp_reader(&cfg)?` goes into `build_telemetry_with_readers(&telemetry, vec![reader])`.
+//! 5. At exit, `Telemetry::shutdown()` from a thread that may block (after the actix system
+//!    stopped, or `spawn_blocking`): it waits up to 5 s for the final export.
+//!
+//! # Threads and runtimes
+//!
+//! The SDK's `PeriodicReader` (0.33) owns a thread and drives each export there with
+//! `futures_executor::block_on`, so exports never run on actix or engine threads. http/protobuf
+//! uses reqwest's blocking client directly on that thread. tonic needs a tokio reactor, so the
+//! grpc exporter owns a private current-thread runtime: its channel is built inside that
+//! runtime and every export is `block_on` there, on the reader's thread. Nothing depends on
+//! being called from (or outside) kiln's own runtimes, and the runtime is shut down without
+//! blocking, so dropping the provider inside an async context does not panic.
+//!
+//! # A collector that is down, slow or refusing
+//!
+//! Recording never waits for the exporter: instruments aggregate in memory (bounded by the
+//! number of series, which METRICS.md bounds) and the reader exports a snapshot every
+//! interval. Nothing is queued: a failed batch is dropped (cumulative data is complete again
+//! in the next export; a delta interval is lost). One export takes at most about `timeout`
+//! (retries included; http: up to twice that when the last attempt starts near the end).
+//! Failures are not returned to the SDK, which would log every one of them at ERROR
+//! (`opentelemetry_sdk` has `internal-logs` on by default); instead this exporter warns at
+//! most once a minute with the number of suppressed failures, and says once when export
+//! works again. The next interval simply tries again (tonic reconnects by itself). So
+//! `force_flush`/`shutdown` return `Ok` with the collector down; `shutdown` gives up after
+//! 5 s (SDK constant) if the final export is slower. Nothing else logs at WARN/ERROR per
+//! failure (tested), so kiln needs no `opentelemetry_sdk=off` filter directive.
+//!
+//! Env notes: the exporter itself also reads `OTEL_EXPORTER_OTLP_COMPRESSION` (gzip/zstd
+//! are not compiled in, so it is ignored) and re-reads the headers variables; kiln's
+//! headers are applied last on every request (`transport`), so flags still win.
+//!
+//! Under delta temporality gauges stay cumulative: the SDK would otherwise send a gauge only
+//! in the interval it was recorded in, and `cache_config_info` (set once) or the engine gauges
+//! of an idle server would vanish from the collector.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use opentelemetry_otlp::{
+    MetricExporter, Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig,
+};
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{InstrumentKind, PeriodicReader, Pipeline, Temporality};
+use serde::{Deserialize, Serialize};
+
+mod env;
+mod transport;
+
+pub use env::{otlp_config_from_env, otlp_config_from_lookup};
+use transport::{GrpcHeaders, HeadersLast, blocking_client, grpc_headers, http_headers};
+
+/// `OTEL_METRIC_EXPORT_INTERVAL`'s default.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+/// `OTEL_EXPORTER_OTLP_TIMEOUT`'s default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// At most one failure warning per this period.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The wire protocol. Serde and `FromStr` use the spec's names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OtlpProtocol {
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+/// Aggregation temporality preference (`OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpTemporality {
+    #[default]
+    Cumulative,
+    Delta,
+    /// Delta for synchronous counters and histograms, cumulative for the rest (spec value).
+    LowMemory,
+}
+
+impl OtlpProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HttpProtobuf => "http/protobuf",
+            Self::Grpc => "grpc",
+        }
+    }
+}
+
+impl OtlpTemporality {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cumulative => "cumulative",
+            Self::Delta => "delta",
+            Self::LowMemory => "lowmemory",
+        }
+    }
+}
+
+impl fmt::Display for OtlpProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for OtlpTemporality {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OtlpProtocol {
+    type Err = OtlpError;
+    fn from_str(s: &str) -> Result<Self, OtlpError> {
+        match s.trim() {
+            "http/protobuf" => Ok(Self::HttpProtobuf),
+            "grpc" => Ok(Self::Grpc),
+            other => Err(OtlpError::UnknownProtocol(other.to_owned())),
+        }
+    }
+}
+
+/// Case-insensitive, as the spec asks for the temporality variable.
+impl FromStr for OtlpTemporality {
+    type Err = OtlpError;
+    fn from_str(s: &str) -> Result<Self, OtlpError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cumulative" => Ok(Self::Cumulative),
+            "delta" => Ok(Self::Delta),
+            "lowmemory" => Ok(Self::LowMemory),
+            _ => Err(OtlpError::UnknownTemporality(s.trim().to_owned())),
+        }
+    }
+}
+
+/// Where and how to push. `Debug` hides header values: they are often credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OtlpConfig {
+    /// The exact URL exports go to (http/protobuf: including `/v1/metrics`).
+    pub endpoint: String,
+    pub protocol: OtlpProtocol,
+    pub interval: Duration,
+    /// Per export, retries included.
+    pub timeout: Duration,
+    pub headers: Vec<(String, String)>,
+    pub temporality: OtlpTemporality,
+}
+
+impl OtlpConfig {
+    /// Defaults of the spec: 60 s interval, 10 s timeout, cumulative, no headers.
+    pub fn new(endpoint: impl Into<String>, protocol: OtlpProtocol) -> Self {
+        Self {
+            endpoint: endpoint.into(),
+            protocol,
+            interval: DEFAULT_INTERVAL,
+            timeout: DEFAULT_TIMEOUT,
+            headers: Vec::new(),
+            temporality: OtlpTemporality::Cumulative,
+        }
+    }
+
+    /// Sets `name` to `value`, replacing any header of that name (names are case-insensitive).
+    pub fn set_header(&mut self, name: &str, value: impl Into<String>) {
+        self.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_owned(), value.into()));
+    }
+}
+
+impl fmt::Debug for OtlpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("OtlpConfig")
+            .field("endpoint", &self.endpoint)
+            .field("protocol", &self.protocol)
+            .field("interval", &self.interval)
+            .field("timeout", &self.timeout)
+            .field("header_names", &names)
+            .field("temporality", &self.temporality)
+            .finish()
+    }
+}
+
+/// Each error names the value, variable or header at fault (never a header's value).
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpError {
+    #[error("unknown OTLP protocol {0:?} (expected \"http/protobuf\" or \"grpc\")")]
+    UnknownProtocol(String),
+    #[error("unknown OTLP temporality {0:?} (expected \"cumulative\", \"delta\" or \"lowmemory\")")]
+    UnknownTemporality(String),
+    #[error("{var}={value:?}: {reason}")]
+    Env {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{var}: header {key:?}: {reason}")]
+    EnvHeader {
+        var: &'static str,
+        key: String,
+        reason: &'static str,
+    },
+    #[error(
+        "no OTLP endpoint: set the config's endpoint, --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT"
+    )]
+    NoEndpoint,
+    #[error("OTLP endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    #[error("OTLP header {key:?}: {reason}")]
+    Header { key: String, reason: &'static str },
+    #[error("OTLP {field} must be greater than zero")]
+    Zero { field: &'static str },
+    #[error("starting the grpc exporter's tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("building the HTTP client for OTLP endpoint {endpoint:?}: {reason}")]
+    HttpClient { endpoint: String, reason: String },
+    #[error("building the OTLP {protocol} exporter for {endpoint:?}: {source}")]
+    Build {
+        protocol: OtlpProtocol,
+        endpoint: String,
+        #[source]
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+}
+
+/// The metrics URL for a collector's base URL (`OTEL_EXPORTER_OTLP_ENDPOINT` semantics):
+/// http/protobuf appends `/v1/metrics`, grpc uses the base as is.
+pub fn metrics_endpoint_from_base(base: &str, protocol: OtlpProtocol) -> String {
+    match protocol {
+        OtlpProtocol::HttpProtobuf => format!("{}/v1/metrics", base.trim_end_matches('/')),
+        OtlpProtocol::Grpc => base.to_owned(),
+    }
+}
+
+/// Builds the reader to pass to `build_telemetry_with_readers`. Fails on a bad endpoint or
+/// header, so a typo stops startup instead of silently exporting nowhere.
+pub fn build_otlp_reader(cfg: &OtlpConfig) -> Result<Box<dyn MetricReader>, OtlpError> {
+    for (field, d) in [("interval", cfg.interval), ("timeout", cfg.timeout)] {
+        if d.is_zero() {
+            return Err(OtlpError::Zero { field });
+        }
+    }
+    check_endpoint(&cfg.endpoint)?;
+    let exporter = KilnExporter::new(cfg)?;
+    let reader = PeriodicReader::builder(exporter)
+        .with_interval(cfg.interval)
+        .build();
+    Ok(Box::new(OtlpReader(reader)))
+}
+
+fn check_endpoint(endpoint: &str) -> Result<(), OtlpError> {
+    let err = |reason: String| OtlpError::Endpoint {
+        endpoint: endpoint.to_owned(),
+        reason,
+    };
+    let url = reqwest::Url::parse(endpoint).map_err(|e| err(e.to_string()))?;
+    match url.scheme() {
+        "http" if url.host().is_some() => Ok(()),
+        "http" => Err(err("no host".to_owned())),
+        "https" => Err(err(
+            "https needs TLS, which kiln's OTLP exporter is built without; push over http:// \
+             to a collector (for example a local agent)"
+                .to_owned(),
+        )),
+        other => Err(err(format!("unsupported scheme {other:?} (expected http)"))),
+    }
+}
+
+/// The SDK's reader, with gauges kept cumulative whatever the preference (see module doc).
+#[derive(Debug)]
+struct OtlpReader(PeriodicReader<KilnExporter>);
+
+impl MetricReader for OtlpReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline)
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        match kind {
+            InstrumentKind::Gauge | InstrumentKind::ObservableGauge => Temporality::Cumulative,
+            _ => self.0.temporality(kind),
+        }
+    }
+}
+
+/// The OTLP exporter plus what it needs to run on the reader's thread (a runtime for
+/// tonic) and the rate-limited failure log.
+struct KilnExporter {
+    inner: MetricExporter,
+    /// grpc only: tonic's channel lives here; every export is `block_on` on it.
+    runtime: Option<tokio::runtime::Runtime>,
+    endpoint: String,
+    timeout: Duration,
+    failures: Mutex<FailureLog>,
+}
+
+impl KilnExporter {
+    fn new(cfg: &OtlpConfig) -> Result<Self, OtlpError> {
+        let temporality = match cfg.temporality {
+            OtlpTemporality::Cumulative => Temporality::Cumulative,
+            OtlpTemporality::Delta => Temporality::Delta,
+            OtlpTemporality::LowMemory => Temporality::LowMemory,
+        };
+        let build_err = |source| OtlpError::Build {
+            protocol: cfg.protocol,
+            endpoint: cfg.endpoint.clone(),
+            source,
+        };
+        let (inner, runtime) = match cfg.protocol {
+            OtlpProtocol::HttpProtobuf => {
+                let client = HeadersLast {
+                    client: blocking_client(cfg)?,
+                    headers: http_headers(&cfg.headers)?,
+                };
+                let exporter = MetricExporter::builder()
+                    .with_http()
+                    .with_protocol(Protocol::HttpBinary)
+                    .with_endpoint(cfg.endpoint.clone())
+                    .with_timeout(cfg.timeout)
+                    .with_http_client(client)
+                    .with_temporality(temporality)
+                    .build()
+                    .map_err(build_err)?;
+                (exporter, None)
+            }
+            OtlpProtocol::Grpc => {
+                let headers = GrpcHeaders(grpc_headers(&cfg.headers)?.into());
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(OtlpError::Runtime)?;
+                // tonic spawns its channel's worker when the channel is built.
+                let built = {
+                    let _in_runtime = runtime.enter();
+                    MetricExporter::builder()
+                        .with_tonic()
+                        .with_protocol(Protocol::Grpc)
+                        .with_endpoint(cfg.endpoint.clone())
+                        .with_timeout(cfg.timeout)
+                        .with_interceptor(headers)
+                        .with_temporality(temporality)
+                        .build()
+                };
+                match built {
+                    Ok(exporter) => (exporter, Some(runtime)),
+                    Err(e) => {
+                        // A plain drop would panic if kiln builds this inside its runtime.
+                        runtime.shutdown_background();
+                        return Err(build_err(e));
+                    }
+                }
+            }
+        };
+        Ok(Self {
+            inner,
+            runtime,
+            endpoint: cfg.endpoint.clone(),
+            timeout: cfg.timeout,
+            failures: Mutex::new(FailureLog::default()),
+        })
+    }
+
+    fn report(&self, result: OTelSdkResult) {
+        let Ok(mut log) = self.failures.lock() else {
+            return;
+        };
+        match result {
+            Ok(()) => {
+                if let Some(failed) = log.success() {
+                    tracing::info!(target: "kiln::otlp", endpoint = %self.endpoint, failed_exports = failed,
+                        "OTLP metric export works again");
+                }
+            }
+            Err(error) => {
+                if let Some(suppressed) = log.failure(Instant::now()) {
+                    tracing::warn!(target: "kiln::otlp", endpoint = %self.endpoint, %error, suppressed,
+                        "OTLP metric export failed; retrying every interval, warning at most once a minute");
+                }
+            }
+        }
+    }
+}
+
+impl PushMetricExporter for KilnExporter {
+    /// Always `Ok`: failures are reported (rate-limited) here, not by the SDK.
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let result = match &self.runtime {
+            // Not inside any runtime here: this is the PeriodicReader's own thread.
+            Some(rt) => rt.block_on(async {
+                tokio::time::timeout(self.timeout, self.inner.export(metrics))
+                    .await
+                    .unwrap_or(Err(OTelSdkError::Timeout(self.timeout)))
+            }),
+            None => self.inner.export(metrics).await,
+        };
+        self.report(result);
+        Ok(())
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
+impl Drop for KilnExporter {
+    /// Dropping a runtime waits for its tasks, which panics inside an async context (the
+    /// provider may be dropped on an actix thread); the background shutdown does not wait.
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Export outcomes → at most one warning per `WARN_EVERY`, then one "works again" line for
+/// a failure streak that was warned about.
+#[derive(Debug, Default)]
+struct FailureLog {
+    last_warn: Option<Instant>,
+    /// Failures not warned about since the last warning.
+    suppressed: u64,
+    /// Consecutive failures, and whether this streak produced a warning.
+    streak: u64,
+    streak_warned: bool,
+}
+
+impl FailureLog {
+    /// `Some(suppressed since the last warning)` when this failure should be logged.
+    fn failure(&mut self, now: Instant) -> Option<u64> {
+        self.streak += 1;
+        if self
+            .last_warn
+            .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last_warn = Some(now);
+        self.streak_warned = true;
+        Some(std::mem::take(&mut self.suppressed))
+    }
+
+    /// `Some(failures in the streak)` when a warned-about streak just ended.
+    fn success(&mut self) -> Option<u64> {
+        let streak = std::mem::take(&mut self.streak);
+        std::mem::take(&mut self.streak_warned).then_some(streak)
+    }
+}
+
+#[cfg(test)]
+mod tests;

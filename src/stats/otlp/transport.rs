@@ -1,0 +1,112 @@
+//! Transport glue: the blocking HTTP client, and kiln's headers applied after the exporter's
+//! own environment read.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use reqwest::header::{HeaderName, HeaderValue};
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
+
+use super::{OtlpConfig, OtlpError};
+
+/// reqwest's blocking client starts its own runtime; building it on a thread that is inside
+/// a tokio runtime panics, so it is built on a short-lived thread of its own.
+pub(super) fn blocking_client(cfg: &OtlpConfig) -> Result<reqwest::blocking::Client, OtlpError> {
+    let timeout = cfg.timeout;
+    let err = |reason: String| OtlpError::HttpClient {
+        endpoint: cfg.endpoint.clone(),
+        reason,
+    };
+    std::thread::Builder::new()
+        .name("kiln-otlp-client".to_owned())
+        .spawn(move || {
+            reqwest::blocking::Client::builder()
+                .timeout(timeout)
+                .build()
+        })
+        .map_err(|e| err(e.to_string()))?
+        .join()
+        .map_err(|_| err("the thread building it panicked".to_owned()))?
+        .map_err(|e| err(e.to_string()))
+}
+
+pub(super) fn http_headers(
+    headers: &[(String, String)],
+) -> Result<Vec<(HeaderName, HeaderValue)>, OtlpError> {
+    let err = |key: &str, reason| OtlpError::Header {
+        key: key.to_owned(),
+        reason,
+    };
+    headers
+        .iter()
+        .map(|(k, v)| {
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| err(k, "invalid name"))?;
+            let value = HeaderValue::from_str(v).map_err(|_| err(k, "invalid value"))?;
+            Ok((name, value))
+        })
+        .collect()
+}
+
+type GrpcHeader = (MetadataKey<Ascii>, MetadataValue<Ascii>);
+
+pub(super) fn grpc_headers(headers: &[(String, String)]) -> Result<Vec<GrpcHeader>, OtlpError> {
+    let err = |key: &str, reason| OtlpError::Header {
+        key: key.to_owned(),
+        reason,
+    };
+    headers
+        .iter()
+        .map(|(k, v)| {
+            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|_| {
+                err(
+                    k,
+                    "invalid gRPC metadata name (binary `-bin` keys unsupported)",
+                )
+            })?;
+            let value = MetadataValue::try_from(v.as_str()).map_err(|_| err(k, "invalid value"))?;
+            Ok((key, value))
+        })
+        .collect()
+}
+
+/// The exporter re-reads `OTEL_EXPORTER_OTLP_HEADERS` and lets it override headers given
+/// in code; setting kiln's headers last, on each request, makes `--otlp-header` win.
+#[derive(Debug)]
+pub(super) struct HeadersLast {
+    pub(super) client: reqwest::blocking::Client,
+    pub(super) headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<Response<Bytes>, HttpError>> + Send + 'a>>;
+
+impl HttpClient for HeadersLast {
+    // The `async_trait` signature, written out (the trait is declared with `#[async_trait]`).
+    fn send_bytes<'life0, 'async_trait>(
+        &'life0 self,
+        mut request: Request<Bytes>,
+    ) -> SendFuture<'async_trait>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        for (k, v) in &self.headers {
+            request.headers_mut().insert(k.clone(), v.clone());
+        }
+        self.client.send_bytes(request)
+    }
+}
+
+/// The gRPC twin of `HeadersLast`: tonic runs interceptors after the env-derived metadata.
+#[derive(Clone)]
+pub(super) struct GrpcHeaders(pub(super) Arc<[GrpcHeader]>);
+
+impl tonic::service::Interceptor for GrpcHeaders {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        for (k, v) in self.0.iter() {
+            req.metadata_mut().insert(k.clone(), v.clone());
+        }
+        Ok(req)
+    }
+}

@@ -1,0 +1,156 @@
+//! Telemetry against real external parts: a Prometheus server scraping kiln, `promtool`
+//! linting its exposition, and OTLP push from a running kiln into `oteltap`.
+//! `.ci/run` installs them and sets `KILN_TEST_PROMETHEUS`, `KILN_TEST_PROMTOOL` and
+//! `KILN_TEST_OTELTAP`.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::start_tiny;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+fn tool(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
+}
+
+/// Kills the child when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs a PromQL instant query; `None` until it returns a sample.
+fn promql(client: &reqwest::blocking::Client, port: u16, query: &str) -> Option<f64> {
+    let resp: Value = client
+        .get(format!("http://127.0.0.1:{port}/api/v1/query"))
+        .query(&[("query", query)])
+        .send()
+        .ok()?
+        .json()
+        .ok()?;
+    resp["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+#[ignore = "needs the prometheus server (KILN_TEST_PROMETHEUS); .ci/run provides it"]
+fn a_real_prometheus_scrapes_the_request_and_token_totals() {
+    let t = start_tiny(|_| {});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: kiln\n    static_configs:\n      - targets: ['{}']\n",
+            t.server.addr
+        ),
+    )
+    .expect("config");
+    let port = free_port();
+    let _prometheus = Process(
+        Command::new(tool("KILN_TEST_PROMETHEUS"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus"),
+    );
+    let requests = 6;
+    let max_tokens = 5;
+    for i in 0..requests {
+        let (s, _) = t.post("/v1/completions", &json!({"prompt": format!("n{i}"), "max_tokens": max_tokens, "ignore_eos": true}));
+        assert_eq!(s, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let total = "sum(vllm:request_success_total{job=\"kiln\"})";
+    while promql(&t.client, port, total) != Some(requests as f64) {
+        assert!(Instant::now() < deadline, "Prometheus never saw {requests} requests");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        promql(&t.client, port, "sum(vllm:generation_tokens_total)"),
+        Some((requests * max_tokens) as f64)
+    );
+    let p50 = promql(
+        &t.client,
+        port,
+        "histogram_quantile(0.5, sum by (le) (vllm:time_to_first_token_seconds_bucket))",
+    )
+    .expect("median TTFT");
+    assert!(p50 > 0.0 && p50 < 10.0, "median time to first token {p50}");
+}
+
+/// `promtool check metrics` output for one scrape of a server with `prefix`.
+fn promtool_findings(prefix: &str) -> String {
+    let t = start_tiny(|c| c.telemetry.engine_prefix = prefix.into());
+    let (s, _) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 3, "ignore_eos": true}));
+    assert_eq!(s, 200);
+    let (_, text) = t.get_text("/metrics");
+    let mut child = Command::new(tool("KILN_TEST_PROMTOOL"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    let out = child.wait_with_output().expect("promtool output");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+#[ignore = "needs promtool (KILN_TEST_PROMTOOL); .ci/run provides it"]
+fn promtool_finds_nothing_with_a_lint_clean_prefix_and_only_colons_with_vllm() {
+    let clean = promtool_findings("kiln_");
+    assert!(clean.trim().is_empty(), "promtool findings with kiln_:\n{clean}");
+    let vllm = promtool_findings("vllm:");
+    let findings: Vec<&str> = vllm.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!findings.is_empty(), "expected the reserved-colon finding");
+    for line in findings {
+        assert!(line.starts_with("vllm:") && line.contains("colon"), "unexpected finding: {line}");
+    }
+}
+
+#[test]
+#[ignore = "needs oteltap (KILN_TEST_OTELTAP); .ci/run provides it"]
+fn a_running_kiln_pushes_engine_genai_and_http_metrics_over_otlp() {
+    let port = free_port();
+    let t = start_tiny(|c| {
+        c.telemetry.otlp_endpoint = format!("http://127.0.0.1:{port}/v1/metrics");
+        c.telemetry.otlp_interval_s = 0.5;
+    });
+    let (s, _) = t.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}));
+    assert_eq!(s, 200);
+    for pattern in ["^vllm:num_requests_running$", "^gen_ai\\.server\\.request\\.duration$", "^http\\.server\\.request\\.duration$"] {
+        // The collector starts after kiln: export must resume once it is there.
+        let mut tap = Process(
+            Command::new(tool("KILN_TEST_OTELTAP"))
+                .args(["--port", &port.to_string(), "--await-metric", pattern])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("oteltap"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = tap.0.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "{pattern} never arrived over OTLP");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(status.success(), "oteltap exited with {status} waiting for {pattern}");
+    }
+}
