@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => args
             .resolve()
             .map_err(anyhow::Error::from)
-            .and_then(|config| kiln::server::run_blocking(config)),
+            .and_then(kiln::server::run_blocking),
         Command::FetchModel(args) => {
             let dir = args.cache_dir.unwrap_or_else(default_cache_dir);
             ensure_default_model(&dir)

@@ -24,10 +24,13 @@ use crate::model::{Backend, default_device};
 use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
-use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, render_metrics, METRICS_CONTENT_TYPE};
-use crate::stats::otlp::build_otlp_reader;
 use crate::stats::exporter::Telemetry;
+use crate::stats::exporter::{
+    CacheConfigInfo, METRICS_CONTENT_TYPE, TelemetryConfig, build_telemetry_with_readers,
+    render_metrics,
+};
 use crate::stats::instruments::HistogramBuckets;
+use crate::stats::otlp::build_otlp_reader;
 
 /// What the api needs to know about the served model.
 #[derive(Clone)]
@@ -207,20 +210,23 @@ pub async fn start<E: Executor>(
         }
         None => Vec::new(),
     };
-    let telemetry = build_telemetry_with_readers(&TelemetryConfig {
-        enabled: config.telemetry.enabled,
-        engine_prefix: config.telemetry.engine_prefix.clone(),
-        model_name: prepared.served.name.clone(),
-        service_name: "kiln".into(),
-        service_instance_id: uuid::Uuid::new_v4().to_string(),
-        buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
-        cache_info: CacheConfigInfo {
-            block_size: prepared.scheduler.block_size as u64,
-            num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
-            num_cpu_blocks: 0,
-            enable_prefix_caching: false,
+    let telemetry = build_telemetry_with_readers(
+        &TelemetryConfig {
+            enabled: config.telemetry.enabled,
+            engine_prefix: config.telemetry.engine_prefix.clone(),
+            model_name: prepared.served.name.clone(),
+            service_name: "kiln".into(),
+            service_instance_id: uuid::Uuid::new_v4().to_string(),
+            buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
+            cache_info: CacheConfigInfo {
+                block_size: prepared.scheduler.block_size as u64,
+                num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
+                num_cpu_blocks: 0,
+                enable_prefix_caching: false,
+            },
         },
-    }, push_readers)?;
+        push_readers,
+    )?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
     };
@@ -245,7 +251,9 @@ pub async fn start<E: Executor>(
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
             .configure(api::routes)
-            .wrap(actix_web::middleware::from_fn(crate::api::load_header::endpoint_load_metrics))
+            .wrap(actix_web::middleware::from_fn(
+                crate::api::load_header::endpoint_load_metrics,
+            ))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(crate::stats::http_middleware::HttpMetrics::new(
                 stats_for_http.clone(),
@@ -274,7 +282,10 @@ pub async fn start<E: Executor>(
 }
 
 /// A second listener that serves only `GET /metrics`, so scraping can stay off the public port.
-fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyhow::Result<SocketAddr> {
+fn start_metrics_listener(
+    listen: &str,
+    registry: prometheus::Registry,
+) -> anyhow::Result<SocketAddr> {
     let server = HttpServer::new(move || {
         let registry = registry.clone();
         App::new()
@@ -284,8 +295,12 @@ fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyho
                     let registry = registry.clone();
                     async move {
                         match render_metrics(&registry) {
-                            Ok(text) => actix_web::HttpResponse::Ok().content_type(METRICS_CONTENT_TYPE).body(text),
-                            Err(e) => actix_web::HttpResponse::InternalServerError().body(e.to_string()),
+                            Ok(text) => actix_web::HttpResponse::Ok()
+                                .content_type(METRICS_CONTENT_TYPE)
+                                .body(text),
+                            Err(e) => {
+                                actix_web::HttpResponse::InternalServerError().body(e.to_string())
+                            }
                         }
                     }
                 }),
@@ -295,7 +310,11 @@ fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyho
     .workers(1)
     .bind(listen)
     .with_context(|| format!("binding telemetry.metrics_listen {listen}"))?;
-    let addr = server.addrs().first().copied().context("no bound metrics address")?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .context("no bound metrics address")?;
     actix_web::rt::spawn(server.run());
     tracing::info!("metrics on http://{addr}/metrics");
     Ok(addr)

@@ -62,7 +62,12 @@ pub async fn create_chat_completion(
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        let format = ChatFormat { id, created, model, per_request_metrics: state.per_request_metrics };
+        let format = ChatFormat {
+            id,
+            created,
+            model,
+            per_request_metrics: state.per_request_metrics,
+        };
         return Ok(sse_response(choices, prompt_tokens, include_usage, format));
     }
     let want_logprobs = request.logprobs.unwrap_or(false);
@@ -79,7 +84,10 @@ pub async fn create_chat_completion(
                 logprobs: want_logprobs.then(|| chat_logprobs(&delta.tokens)),
                 message: ChatResponseMessage::assistant(delta.text),
                 finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-                metrics: delta.end.filter(|_| state.per_request_metrics).map(|e| e.request_metrics()),
+                metrics: delta
+                    .end
+                    .filter(|_| state.per_request_metrics)
+                    .map(|e| e.request_metrics()),
             }
         })
         .collect();
@@ -149,7 +157,10 @@ impl ChunkFormat for ChatFormat {
             },
             logprobs: (!delta.tokens.is_empty()).then(|| chat_logprobs(&delta.tokens)),
             finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-            metrics: delta.end.filter(|_| self.per_request_metrics).map(|e| e.request_metrics()),
+            metrics: delta
+                .end
+                .filter(|_| self.per_request_metrics)
+                .map(|e| e.request_metrics()),
         };
         sse_data(&self.chunk(vec![choice]))
     }

@@ -80,7 +80,10 @@ pub async fn create_completion(
                 text: delta.text,
                 logprobs,
                 finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-                metrics: delta.end.filter(|_| state.per_request_metrics).map(|e| e.request_metrics()),
+                metrics: delta
+                    .end
+                    .filter(|_| state.per_request_metrics)
+                    .map(|e| e.request_metrics()),
             }
         })
         .collect();
@@ -135,7 +138,10 @@ impl ChunkFormat for CompletionFormat {
             text: delta.text.clone(),
             logprobs,
             finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-            metrics: delta.end.filter(|_| self.per_request_metrics).map(|e| e.request_metrics()),
+            metrics: delta
+                .end
+                .filter(|_| self.per_request_metrics)
+                .map(|e| e.request_metrics()),
         };
         sse_data(&CompletionChunk::new(
             self.id.clone(),

@@ -130,7 +130,10 @@ impl ChoiceStream {
                     let outcome = self.stops.push(&text);
                     if outcome.stopped {
                         // The engine's own usage and timings arrive with its `Finished`.
-                        self.scheduler.do_send(Abort { id: self.id.clone(), reason: AbortReason::StopString });
+                        self.scheduler.do_send(Abort {
+                            id: self.id.clone(),
+                            reason: AbortReason::StopString,
+                        });
                         return Some(Ok(self.await_stop_confirmation(outcome.emit, tokens).await));
                     }
                     if outcome.emit.is_empty() && tokens.is_empty() {
@@ -178,11 +181,18 @@ impl ChoiceStream {
 
     /// After a stop string: skips tokens generated meanwhile and ends with the engine's
     /// usage and timings, so responses and metrics count the same tokens.
-    async fn await_stop_confirmation(&mut self, text: String, tokens: Vec<TokenDetail>) -> ChoiceDelta {
+    async fn await_stop_confirmation(
+        &mut self,
+        text: String,
+        tokens: Vec<TokenDetail>,
+    ) -> ChoiceDelta {
         self.finished = true;
         let mut end = ChoiceEnd {
             reason: FinishReason::Stop,
-            usage: TokenUsage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens },
+            usage: TokenUsage {
+                prompt_tokens: self.prompt_tokens,
+                completion_tokens: self.completion_tokens,
+            },
             timings: RequestIntervals::default(),
         };
         while let Some(event) = self.events.recv().await {
@@ -192,7 +202,11 @@ impl ChoiceStream {
                 break;
             }
         }
-        ChoiceDelta { text, tokens, end: Some(end) }
+        ChoiceDelta {
+            text,
+            tokens,
+            end: Some(end),
+        }
     }
 
     fn detail(&self, id: u32, lp: &TokenLogprobs) -> TokenDetail {
@@ -249,7 +263,11 @@ impl ChoiceEnd {
             decode_s: t.decode_s,
             mean_inter_token_latency_s: t.time_per_output_token_s,
             e2e_s: t.e2e_s,
-            output_tokens_per_s: if t.e2e_s > 0.0 { generated / t.e2e_s } else { 0.0 },
+            output_tokens_per_s: if t.e2e_s > 0.0 {
+                generated / t.e2e_s
+            } else {
+                0.0
+            },
         }
     }
 }

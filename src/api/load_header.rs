@@ -24,13 +24,17 @@ pub async fn endpoint_load_metrics(
         .get(FORMAT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_uppercase());
-    let scheduler = req.app_data::<web::Data<AppState>>().map(|s| s.scheduler.clone());
+    let scheduler = req
+        .app_data::<web::Data<AppState>>()
+        .map(|s| s.scheduler.clone());
     let mut response = next.call(req).await?;
     if let (Some(format), Some(scheduler)) = (format, scheduler)
         && let Ok(load) = scheduler.send(GetLoad).await
         && let Ok(value) = HeaderValue::from_str(&render(&format, &load))
     {
-        response.headers_mut().insert(HeaderName::from_static(LOAD_HEADER), value);
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(LOAD_HEADER), value);
     }
     Ok(response)
 }
@@ -44,11 +48,16 @@ pub fn render(format: &str, load: &SchedulerStats) -> String {
         ("kv_cache_usage_perc", load.kv_cache_usage),
     ];
     if format == "JSON" {
-        let named: serde_json::Map<String, serde_json::Value> =
-            metrics.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect();
+        let named: serde_json::Map<String, serde_json::Value> = metrics
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
         format!("JSON {}", serde_json::json!({ "named_metrics": named }))
     } else {
-        let pairs: Vec<String> = metrics.iter().map(|(k, v)| format!("named_metrics.{k}={v}")).collect();
+        let pairs: Vec<String> = metrics
+            .iter()
+            .map(|(k, v)| format!("named_metrics.{k}={v}"))
+            .collect();
         format!("TEXT {}", pairs.join(", "))
     }
 }
@@ -59,14 +68,20 @@ mod tests {
 
     #[test]
     fn text_and_json_forms() {
-        let load = SchedulerStats { num_running: 3, num_waiting: 1, kv_cache_usage: 0.5, ..Default::default() };
+        let load = SchedulerStats {
+            num_running: 3,
+            num_waiting: 1,
+            kv_cache_usage: 0.5,
+            ..Default::default()
+        };
         assert_eq!(
             render("TEXT", &load),
             "TEXT named_metrics.num_requests_running=3, named_metrics.num_requests_waiting=1, \
              named_metrics.num_requests_swapped=0, named_metrics.kv_cache_usage_perc=0.5"
         );
         let json: serde_json::Value =
-            serde_json::from_str(render("JSON", &load).strip_prefix("JSON ").expect("prefix")).expect("json");
+            serde_json::from_str(render("JSON", &load).strip_prefix("JSON ").expect("prefix"))
+                .expect("json");
         assert_eq!(json["named_metrics"]["num_requests_running"], 3.0);
     }
 }

@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve a model over the OpenAI-compatible API (the default model when --model is absent).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Download the default model into the cache and print its path.
     FetchModel(FetchArgs),
 }
@@ -149,7 +149,13 @@ impl ServeArgs {
         set(&mut c.telemetry.otlp_temporality, &self.otlp_temporality);
         for header in &self.otlp_headers {
             let name = header.split('=').next().unwrap_or("").trim().to_string();
-            c.telemetry.otlp_headers.retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
+            c.telemetry.otlp_headers.retain(|h| {
+                !h.split('=')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case(&name)
+            });
             c.telemetry.otlp_headers.push(header.clone());
         }
         if self.disable_telemetry {

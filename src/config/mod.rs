@@ -13,7 +13,7 @@ pub use bytes::parse_bytes;
 
 use crate::stats::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
@@ -35,7 +35,7 @@ pub struct ServerConfig {
     pub enable_per_request_metrics: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
     /// A `.gguf` file or a Hugging Face folder; empty means the default model.
@@ -80,17 +80,6 @@ pub struct TelemetrySettings {
     pub otlp_temporality: String,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            model: ModelConfig::default(),
-            engine: EngineConfig::default(),
-            telemetry: TelemetrySettings::default(),
-        }
-    }
-}
-
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -99,15 +88,6 @@ impl Default for ServerConfig {
             served_model_name: String::new(),
             max_request_body_bytes: 1 << 20,
             enable_per_request_metrics: false,
-        }
-    }
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        Self {
-            path: String::new(),
-            cache_dir: String::new(),
         }
     }
 }
@@ -223,9 +203,12 @@ impl Config {
             ));
         }
         if !t.metrics_listen.is_empty() {
-            t.metrics_listen
-                .parse::<SocketAddr>()
-                .map_err(|e| invalid("telemetry.metrics_listen", format!("`{}`: {e}", t.metrics_listen)))?;
+            t.metrics_listen.parse::<SocketAddr>().map_err(|e| {
+                invalid(
+                    "telemetry.metrics_listen",
+                    format!("`{}`: {e}", t.metrics_listen),
+                )
+            })?;
         }
         self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
         Ok(())
@@ -237,9 +220,15 @@ impl Config {
         if t.otlp_endpoint.is_empty() {
             return Ok(None);
         }
-        let protocol: OtlpProtocol = t.otlp_protocol.parse().map_err(|e: OtlpError| e.to_string())?;
+        let protocol: OtlpProtocol = t
+            .otlp_protocol
+            .parse()
+            .map_err(|e: OtlpError| e.to_string())?;
         let mut cfg = OtlpConfig::new(t.otlp_endpoint.clone(), protocol);
-        cfg.temporality = t.otlp_temporality.parse().map_err(|e: OtlpError| e.to_string())?;
+        cfg.temporality = t
+            .otlp_temporality
+            .parse()
+            .map_err(|e: OtlpError| e.to_string())?;
         let seconds = |key: &str, v: f64| {
             (v > 0.0 && v.is_finite())
                 .then(|| std::time::Duration::from_secs_f64(v))
@@ -259,20 +248,30 @@ impl Config {
 
     /// Applies the standard `OTEL_EXPORTER_OTLP_*` / `OTEL_METRIC_EXPORT_INTERVAL` variables
     /// (read through `lookup`) over the file's OTLP settings; kiln's flags come after.
-    pub fn apply_otel_env(&mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    pub fn apply_otel_env(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
         let t = &self.telemetry;
-        let env_endpoint = ["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
-            .iter()
-            .any(|v| lookup(v).is_some_and(|e| !e.trim().is_empty()));
+        let env_endpoint = [
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ]
+        .iter()
+        .any(|v| lookup(v).is_some_and(|e| !e.trim().is_empty()));
         if t.otlp_endpoint.is_empty() && !env_endpoint {
             return Ok(()); // no push configured anywhere (flags may still add it)
         }
         let mut base = OtlpConfig::new(
             t.otlp_endpoint.clone(),
-            t.otlp_protocol.parse().map_err(|e: OtlpError| invalid("telemetry.otlp_protocol", e.to_string()))?,
+            t.otlp_protocol
+                .parse()
+                .map_err(|e: OtlpError| invalid("telemetry.otlp_protocol", e.to_string()))?,
         );
-        base.temporality =
-            t.otlp_temporality.parse().map_err(|e: OtlpError| invalid("telemetry.otlp_temporality", e.to_string()))?;
+        base.temporality = t
+            .otlp_temporality
+            .parse()
+            .map_err(|e: OtlpError| invalid("telemetry.otlp_temporality", e.to_string()))?;
         base.interval = std::time::Duration::from_secs_f64(t.otlp_interval_s.max(0.001));
         base.timeout = std::time::Duration::from_secs_f64(t.otlp_timeout_s.max(0.001));
         let Some(cfg) = otlp_config_from_lookup(Some(base), lookup)
@@ -287,7 +286,13 @@ impl Config {
         t.otlp_interval_s = cfg.interval.as_secs_f64();
         t.otlp_timeout_s = cfg.timeout.as_secs_f64();
         for (name, value) in cfg.headers {
-            t.otlp_headers.retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
+            t.otlp_headers.retain(|h| {
+                !h.split('=')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case(&name)
+            });
             t.otlp_headers.push(format!("{name}={value}"));
         }
         Ok(())

@@ -145,14 +145,14 @@ fn check_config(c: &LlamaConfig, path: &Path) -> Result<(), ModelError> {
         path: PathBuf::from(path),
         message,
     };
-    if c.num_heads == 0 || c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads != 0 {
+    if c.num_heads == 0 || c.num_kv_heads == 0 || !c.num_heads.is_multiple_of(c.num_kv_heads) {
         return Err(bad(format!(
             "{} attention heads cannot be grouped over {} KV heads",
             c.num_heads, c.num_kv_heads
         )));
     }
     if c.head_dim == 0
-        || c.head_dim % 2 != 0
+        || !c.head_dim.is_multiple_of(2)
         || c.hidden_size == 0
         || c.vocab_size == 0
         || c.num_layers == 0

@@ -419,7 +419,7 @@ mod tests {
             ];
             for (names, kind) in families {
                 for name in names {
-                    let full = format!("{prefix}{name}");
+                    let full = crate::stats::instruments::engine_metric_name(prefix, name);
                     assert!(
                         text.contains(&format!("# TYPE {full} {kind}\n")),
                         "missing `# TYPE {full} {kind}` in\n{text}"

@@ -372,12 +372,30 @@ pub(super) fn reason_index(reason: FinishReason) -> usize {
     }
 }
 
+/// The exposed base name of an engine instrument under `prefix`. vLLM's names are kept
+/// verbatim under a prefix with a colon (`vllm:`). Under a lint-clean prefix (`kiln_`) the
+/// three names `promtool check metrics` objects to are spelled its way: the throughput
+/// gauges spell their unit out ("no abbreviated units") and the `iteration_tokens_total`
+/// histogram drops `_total` ("non-counter metrics should not have a _total suffix").
+pub fn engine_metric_name(prefix: &str, name: &str) -> String {
+    if prefix.contains(':') {
+        return format!("{prefix}{name}");
+    }
+    if let Some(stem) = name.strip_suffix("_toks_per_s") {
+        return format!("{prefix}{stem}_tokens_per_second");
+    }
+    if name == "iteration_tokens_total" {
+        return format!("{prefix}iteration_tokens");
+    }
+    format!("{prefix}{name}")
+}
+
 impl Instruments {
     /// Creates every instrument on `meter`. Buckets must have passed `validate`.
     pub fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>) -> Self {
         let b = cfg.buckets;
         let p = cfg.engine_prefix;
-        let name = |s: &Spec| format!("{p}{}", s.name);
+        let name = |s: &Spec| engine_metric_name(p, s.name);
         let gauge_u64 = |s: Spec| {
             meter
                 .u64_gauge(name(&s))
@@ -401,7 +419,7 @@ impl Instruments {
         };
         let hist_f64 = |h: HistogramSpec, prefix: &str| {
             meter
-                .f64_histogram(format!("{prefix}{}", h.spec.name))
+                .f64_histogram(engine_metric_name(prefix, h.spec.name))
                 .with_unit(h.spec.unit)
                 .with_description(h.spec.description)
                 .with_boundaries(b.bounds(h.buckets))
@@ -409,7 +427,7 @@ impl Instruments {
         };
         let hist_u64 = |h: HistogramSpec, prefix: &str| {
             meter
-                .u64_histogram(format!("{prefix}{}", h.spec.name))
+                .u64_histogram(engine_metric_name(prefix, h.spec.name))
                 .with_unit(h.spec.unit)
                 .with_description(h.spec.description)
                 .with_boundaries(b.bounds(h.buckets))

@@ -99,13 +99,25 @@ const OTHERS: &[(&str, &str)] = &[
 /// A mixed load: completions, chat, streaming, n=2, and one stream dropped mid-way.
 /// Returns the number of engine requests it made.
 fn mixed_load(t: &Tiny) -> usize {
-    let (s, _) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 5}));
+    let (s, _) = t.post(
+        "/v1/completions",
+        &json!({"prompt": "abc", "max_tokens": 5}),
+    );
     assert_eq!(s, 200);
-    let (s, _) = t.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}));
+    let (s, _) = t.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}),
+    );
     assert_eq!(s, 200);
-    let events = t.stream("/v1/completions", &json!({"prompt": "abc", "max_tokens": 3, "stream": true}));
+    let events = t.stream(
+        "/v1/completions",
+        &json!({"prompt": "abc", "max_tokens": 3, "stream": true}),
+    );
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    let (s, _) = t.post("/v1/completions", &json!({"prompt": "xy", "max_tokens": 2, "n": 2}));
+    let (s, _) = t.post(
+        "/v1/completions",
+        &json!({"prompt": "xy", "max_tokens": 2, "n": 2}),
+    );
     assert_eq!(s, 200);
     let mut dropped = t
         .client
@@ -121,7 +133,10 @@ fn mixed_load(t: &Tiny) -> usize {
 
 #[test]
 fn the_metrics_contract_holds_after_a_mixed_load() {
-    let slow = FakeBehaviour { step_delay: Duration::from_millis(2), ..Default::default() };
+    let slow = FakeBehaviour {
+        step_delay: Duration::from_millis(2),
+        ..Default::default()
+    };
     let t = start_fake(slow, |_| {});
     let n = mixed_load(&t);
     let text = scrape_until(&t, |m| {
@@ -131,26 +146,50 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
     let types = families(&text);
     for (name, kind) in ENGINE {
         let full = format!("vllm:{name}");
-        assert_eq!(types.get(&full).map(String::as_str), Some(*kind), "{full}:\n{text}");
+        assert_eq!(
+            types.get(&full).map(String::as_str),
+            Some(*kind),
+            "{full}:\n{text}"
+        );
     }
     for (name, kind) in OTHERS {
-        assert_eq!(types.get(*name).map(String::as_str), Some(*kind), "{name}:\n{text}");
+        assert_eq!(
+            types.get(*name).map(String::as_str),
+            Some(*kind),
+            "{name}:\n{text}"
+        );
     }
     // Labels: engine series carry model_name; no series carries otel_scope_*.
     for s in series(&text).iter().filter(|s| s.starts_with("vllm:")) {
         assert!(s.contains("model_name=\"tiny-llama\""), "{s}");
     }
     assert!(!text.contains("otel_scope_"), "otel_scope labels leaked");
-    assert!(text.lines().any(|l| l.starts_with("target_info{") && l.contains("service_name=\"kiln\"") && l.contains("service_version=") && l.contains("service_instance_id=")));
+    assert!(text.lines().any(|l| l.starts_with("target_info{")
+        && l.contains("service_name=\"kiln\"")
+        && l.contains("service_version=")
+        && l.contains("service_instance_id=")));
     assert!(text.contains("vllm:cache_config_info{block_size=\"16\""));
-    assert!(text.contains("gen_ai_operation_name=\"chat\"") && text.contains("gen_ai_operation_name=\"text_completion\""));
+    assert!(
+        text.contains("gen_ai_operation_name=\"chat\"")
+            && text.contains("gen_ai_operation_name=\"text_completion\"")
+    );
     assert!(text.contains("http_route=\"/v1/completions\""));
 
     // The invariants of METRICS.md.
     let success = sum_over(&text, "vllm:request_success_total");
     assert_eq!(success, n as f64, "request_success_total over reasons");
-    assert_eq!(metric_value(&text, "vllm:e2e_request_latency_seconds_count", ""), Some(n as f64));
-    assert_eq!(metric_value(&text, "vllm:request_success_total", "finished_reason=\"abort\""), Some(1.0));
+    assert_eq!(
+        metric_value(&text, "vllm:e2e_request_latency_seconds_count", ""),
+        Some(n as f64)
+    );
+    assert_eq!(
+        metric_value(
+            &text,
+            "vllm:request_success_total",
+            "finished_reason=\"abort\""
+        ),
+        Some(1.0)
+    );
     assert_eq!(
         metric_value(&text, "vllm:request_generation_tokens_sum", ""),
         metric_value(&text, "vllm:generation_tokens_total", "")
@@ -159,14 +198,29 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
         metric_value(&text, "vllm:request_prompt_tokens_sum", ""),
         metric_value(&text, "vllm:prompt_tokens_total", "")
     );
-    for gauge in ["num_requests_running", "num_requests_waiting", "num_requests_swapped", "kv_cache_usage_perc", "gpu_cache_usage_perc", "cpu_cache_usage_perc"] {
-        assert_eq!(metric_value(&text, &format!("vllm:{gauge}"), ""), Some(0.0), "{gauge}");
+    for gauge in [
+        "num_requests_running",
+        "num_requests_waiting",
+        "num_requests_swapped",
+        "kv_cache_usage_perc",
+        "gpu_cache_usage_perc",
+        "cpu_cache_usage_perc",
+    ] {
+        assert_eq!(
+            metric_value(&text, &format!("vllm:{gauge}"), ""),
+            Some(0.0),
+            "{gauge}"
+        );
     }
 }
 
 #[test]
 fn exposition_content_type_gzip_and_a_separate_listener() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
     let t = start_tiny(|c| c.telemetry.metrics_listen = format!("127.0.0.1:{port}"));
     let resp = t
         .client
@@ -175,12 +229,32 @@ fn exposition_content_type_gzip_and_a_separate_listener() {
         .send()
         .expect("metrics");
     assert_eq!(resp.headers()["content-encoding"], "gzip");
-    assert_eq!(resp.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
-    let separate = t.client.get(format!("http://127.0.0.1:{port}/metrics")).send().expect("metrics listener");
+    assert_eq!(
+        resp.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let separate = t
+        .client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .expect("metrics listener");
     assert_eq!(separate.status().as_u16(), 200);
-    assert!(separate.text().expect("text").contains("vllm:num_requests_running{"));
-    let other = t.client.get(format!("http://127.0.0.1:{port}/v1/models")).send().expect("other path");
-    assert_eq!(other.status().as_u16(), 404, "the metrics listener serves only /metrics");
+    assert!(
+        separate
+            .text()
+            .expect("text")
+            .contains("vllm:num_requests_running{")
+    );
+    let other = t
+        .client
+        .get(format!("http://127.0.0.1:{port}/v1/models"))
+        .send()
+        .expect("other path");
+    assert_eq!(
+        other.status().as_u16(),
+        404,
+        "the metrics listener serves only /metrics"
+    );
 }
 
 #[test]
@@ -190,11 +264,24 @@ fn random_paths_and_methods_add_no_series() {
     let (_, _) = t.get_text("/metrics");
     for method in ["GET", "POST", "BREW", "PROPFIND", "DELETE"] {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        t.client.request(m, t.server.url("/warmup")).send().expect("warm-up");
+        t.client
+            .request(m, t.server.url("/warmup"))
+            .send()
+            .expect("warm-up");
     }
     let before = series(&scrape_until(&t, |m| {
-        metric_value(m, "http_server_request_duration_seconds_count", "http_request_method=\"DELETE\"").is_some()
-            && metric_value(m, "http_server_request_duration_seconds_count", "http_route=\"/metrics\"").is_some()
+        metric_value(
+            m,
+            "http_server_request_duration_seconds_count",
+            "http_request_method=\"DELETE\"",
+        )
+        .is_some()
+            && metric_value(
+                m,
+                "http_server_request_duration_seconds_count",
+                "http_route=\"/metrics\"",
+            )
+            .is_some()
     }));
     let mut rng = 0x2545F4914F6CDD1Du64;
     for i in 0..1000u64 {
@@ -205,30 +292,57 @@ fn random_paths_and_methods_add_no_series() {
         let path = format!("/{:x}/{i}?q={}", rng, rng >> 3);
         let _ = t
             .client
-            .request(reqwest::Method::from_bytes(method.as_bytes()).expect("method"), t.server.url(&path))
+            .request(
+                reqwest::Method::from_bytes(method.as_bytes()).expect("method"),
+                t.server.url(&path),
+            )
             .send()
             .expect("request");
     }
     let after = series(&scrape_until(&t, |m| {
-        metric_value(m, "http_server_request_duration_seconds_count", "http_request_method=\"_OTHER\"").unwrap_or(0.0) >= 200.0
+        metric_value(
+            m,
+            "http_server_request_duration_seconds_count",
+            "http_request_method=\"_OTHER\"",
+        )
+        .unwrap_or(0.0)
+            >= 200.0
     }));
-    let new: Vec<_> = after.difference(&before).filter(|s| s.starts_with("http_")).collect();
-    assert!(new.is_empty(), "new HTTP series from random traffic: {new:?}");
+    let new: Vec<_> = after
+        .difference(&before)
+        .filter(|s| s.starts_with("http_"))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "new HTTP series from random traffic: {new:?}"
+    );
 }
 
 #[test]
 fn gauges_show_running_and_queued_requests_under_load() {
-    let slow = FakeBehaviour { step_delay: Duration::from_millis(10), ..Default::default() };
+    let slow = FakeBehaviour {
+        step_delay: Duration::from_millis(10),
+        ..Default::default()
+    };
     let t = start_fake(slow, |c| c.engine.max_num_seqs = 2);
     std::thread::scope(|scope| {
         for _ in 0..5 {
-            scope.spawn(|| t.post("/v1/completions", &json!({"prompt": "q", "max_tokens": 60, "ignore_eos": true})));
+            scope.spawn(|| {
+                t.post(
+                    "/v1/completions",
+                    &json!({"prompt": "q", "max_tokens": 60, "ignore_eos": true}),
+                )
+            });
         }
         let busy = scrape_until(&t, |m| {
             metric_value(m, "vllm:num_requests_running", "") == Some(2.0)
                 && metric_value(m, "vllm:num_requests_waiting", "").unwrap_or(0.0) >= 1.0
         });
-        assert_eq!(metric_value(&busy, "vllm:num_requests_running", ""), Some(2.0), "{busy}");
+        assert_eq!(
+            metric_value(&busy, "vllm:num_requests_running", ""),
+            Some(2.0),
+            "{busy}"
+        );
         assert!(metric_value(&busy, "vllm:num_requests_waiting", "").unwrap_or(0.0) >= 1.0);
         assert!(metric_value(&busy, "vllm:kv_cache_usage_perc", "").unwrap_or(0.0) > 0.0);
         let load = t.get_text("/load").1;
@@ -239,7 +353,10 @@ fn gauges_show_running_and_queued_requests_under_load() {
 
 #[test]
 fn a_full_queue_gets_429_with_retry_after_and_is_counted() {
-    let slow = FakeBehaviour { step_delay: Duration::from_millis(10), ..Default::default() };
+    let slow = FakeBehaviour {
+        step_delay: Duration::from_millis(10),
+        ..Default::default()
+    };
     let t = start_fake(slow, |c| {
         c.engine.max_num_seqs = 1;
         c.engine.max_waiting = 1;
@@ -250,7 +367,12 @@ fn a_full_queue_gets_429_with_retry_after_and_is_counted() {
         t.wait_for_load(|l| l["running"] == 1);
         let second = scope.spawn(|| t.post("/v1/completions", &long));
         t.wait_for_load(|l| l["waiting"] == 1);
-        let resp = t.client.post(t.server.url("/v1/completions")).json(&long).send().expect("third");
+        let resp = t
+            .client
+            .post(t.server.url("/v1/completions"))
+            .json(&long)
+            .send()
+            .expect("third");
         assert_eq!(resp.status().as_u16(), 429);
         assert!(resp.headers().contains_key("retry-after"));
         let body: Value = resp.json().expect("json");
@@ -258,35 +380,78 @@ fn a_full_queue_gets_429_with_retry_after_and_is_counted() {
         assert_eq!(first.join().expect("first").0, 200);
         assert_eq!(second.join().expect("second").0, 200);
     });
-    let text = scrape_until(&t, |m| metric_value(m, "vllm:admission_rejections_total", "reason=\"queue_full\"") == Some(1.0));
-    assert_eq!(metric_value(&text, "vllm:admission_rejections_total", "reason=\"queue_full\""), Some(1.0));
+    let text = scrape_until(&t, |m| {
+        metric_value(
+            m,
+            "vllm:admission_rejections_total",
+            "reason=\"queue_full\"",
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        metric_value(
+            &text,
+            "vllm:admission_rejections_total",
+            "reason=\"queue_full\""
+        ),
+        Some(1.0)
+    );
 }
 
 #[test]
 fn an_executor_panic_fails_its_batch_and_the_server_carries_on() {
     // Token 200 in a prompt makes the fake executor panic.
-    let t = start_fake(FakeBehaviour { panic_on_token: Some(200), ..Default::default() }, |_| {});
-    let (status, body) = t.post("/v1/completions", &json!({"prompt": [1, 200, 3], "max_tokens": 4}));
+    let t = start_fake(
+        FakeBehaviour {
+            panic_on_token: Some(200),
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let (status, body) = t.post(
+        "/v1/completions",
+        &json!({"prompt": [1, 200, 3], "max_tokens": 4}),
+    );
     assert_eq!(status, 500, "{body}");
     assert_eq!(body["error"]["type"], "server_error");
-    let (status, _) = t.post("/v1/completions", &json!({"prompt": [1, 2, 3], "max_tokens": 4}));
+    let (status, _) = t.post(
+        "/v1/completions",
+        &json!({"prompt": [1, 2, 3], "max_tokens": 4}),
+    );
     assert_eq!(status, 200);
-    let text = scrape_until(&t, |m| metric_value(m, "vllm:request_success_total", "finished_reason=\"error\"") == Some(1.0));
-    assert_eq!(metric_value(&text, "vllm:request_success_total", "finished_reason=\"error\""), Some(1.0));
-    assert_eq!(metric_value(&text, "vllm:kv_cache_usage_perc", ""), Some(0.0));
+    let text = scrape_until(&t, |m| {
+        metric_value(m, "vllm:request_success_total", "finished_reason=\"error\"") == Some(1.0)
+    });
+    assert_eq!(
+        metric_value(
+            &text,
+            "vllm:request_success_total",
+            "finished_reason=\"error\""
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_value(&text, "vllm:kv_cache_usage_perc", ""),
+        Some(0.0)
+    );
 }
 
 #[test]
 fn per_request_metrics_and_the_load_header() {
     let t = start_tiny(|c| c.server.enable_per_request_metrics = true);
-    let (_, body) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 6, "ignore_eos": true}));
+    let (_, body) = t.post(
+        "/v1/completions",
+        &json!({"prompt": "abc", "max_tokens": 6, "ignore_eos": true}),
+    );
     let m = &body["choices"][0]["metrics"];
     let ttft = m["time_to_first_token_s"].as_f64().expect("ttft");
     let e2e = m["e2e_s"].as_f64().expect("e2e");
     let decode = m["decode_s"].as_f64().expect("decode");
     let itl = m["mean_inter_token_latency_s"].as_f64().expect("itl");
     assert!(ttft > 0.0 && ttft <= e2e && decode <= e2e, "{m}");
-    assert!((itl * 5.0 - decode).abs() < 1e-9, "mean ITL is decode / (generated − 1): {m}");
+    assert!(
+        (itl * 5.0 - decode).abs() < 1e-9,
+        "mean ITL is decode / (generated − 1): {m}"
+    );
     assert!(m["output_tokens_per_s"].as_f64().expect("tps") > 0.0);
     let resp = t
         .client
@@ -294,19 +459,35 @@ fn per_request_metrics_and_the_load_header() {
         .header("endpoint-load-metrics-format", "TEXT")
         .send()
         .expect("models");
-    let header = resp.headers()["endpoint-load-metrics"].to_str().expect("ascii").to_string();
-    assert!(header.starts_with("TEXT named_metrics.num_requests_running=0"), "{header}");
-    let plain = t.client.get(t.server.url("/v1/models")).send().expect("models");
+    let header = resp.headers()["endpoint-load-metrics"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert!(
+        header.starts_with("TEXT named_metrics.num_requests_running=0"),
+        "{header}"
+    );
+    let plain = t
+        .client
+        .get(t.server.url("/v1/models"))
+        .send()
+        .expect("models");
     assert!(!plain.headers().contains_key("endpoint-load-metrics"));
     let off = start_tiny(|_| {});
-    let (_, body) = off.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 2}));
+    let (_, body) = off.post(
+        "/v1/completions",
+        &json!({"prompt": "abc", "max_tokens": 2}),
+    );
     assert!(body["choices"][0].get("metrics").is_none());
 }
 
 #[test]
 fn telemetry_can_be_switched_off() {
     let t = start_tiny(|c| c.telemetry.enabled = false);
-    let (s, _) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 2}));
+    let (s, _) = t.post(
+        "/v1/completions",
+        &json!({"prompt": "abc", "max_tokens": 2}),
+    );
     assert_eq!(s, 200);
     let (_, text) = t.get_text("/metrics");
     assert!(!text.contains("vllm:"), "{text}");
