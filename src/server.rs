@@ -26,8 +26,7 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{
-    CacheConfigInfo, METRICS_CONTENT_TYPE, TelemetryConfig, build_telemetry_with_readers,
-    render_metrics,
+    CacheConfigInfo, METRICS_CONTENT_TYPE, TelemetryConfig, build_telemetry_with_readers, render_metrics,
 };
 use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
@@ -93,10 +92,7 @@ pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {
 }
 
 /// Puts the weights on the device, sizes the KV cache, and builds the executor.
-pub fn prepare_model(
-    config: &Config,
-    files: ModelFiles,
-) -> anyhow::Result<PreparedEngine<ModelRunner>> {
+pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<PreparedEngine<ModelRunner>> {
     let spinner = ProgressBar::new_spinner().with_message(format!(
         "loading {} ({} layers, hidden {}) onto the device",
         files.name, files.config.num_layers, files.config.hidden_size
@@ -161,10 +157,7 @@ pub fn prepare_engine<E: Executor>(
         n => n.min(files.config.max_position_embeddings),
     };
     let special = &files.special_tokens;
-    let token_text = |id: Option<u32>| {
-        id.and_then(|id| files.tokenizer.id_to_token(id))
-            .unwrap_or_default()
-    };
+    let token_text = |id: Option<u32>| id.and_then(|id| files.tokenizer.id_to_token(id)).unwrap_or_default();
     let chat_template = ChatTemplate::new(
         files
             .chat_template
@@ -173,9 +166,7 @@ pub fn prepare_engine<E: Executor>(
         &token_text(special.bos),
         &token_text(special.eos),
     )?;
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Ok(PreparedEngine {
         served: ServedModel {
             name: served_name,
@@ -199,10 +190,7 @@ pub fn prepare_engine<E: Executor>(
 
 /// Starts the stats, executor and scheduler actors and the HTTP server (must run inside
 /// an actix system).
-pub async fn start<E: Executor>(
-    config: &Config,
-    prepared: PreparedEngine<E>,
-) -> anyhow::Result<RunningServer> {
+pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) -> anyhow::Result<RunningServer> {
     let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
         Some(otlp) => {
             tracing::info!(endpoint = %otlp.endpoint, protocol = otlp.protocol.as_str(), "pushing metrics over OTLP");
@@ -255,18 +243,12 @@ pub async fn start<E: Executor>(
                 crate::api::load_header::endpoint_load_metrics,
             ))
             .wrap(actix_web::middleware::Compress::default())
-            .wrap(crate::stats::http_middleware::HttpMetrics::new(
-                stats_for_http.clone(),
-            ))
+            .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
     })
     .workers(2)
     .bind((config.server.host.as_str(), config.server.port))
     .with_context(|| format!("binding {}:{}", config.server.host, config.server.port))?;
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .context("no bound address")?;
+    let addr = server.addrs().first().copied().context("no bound address")?;
     let metrics_addr = match config.telemetry.metrics_listen.as_str() {
         "" => None,
         listen => Some(start_metrics_listener(listen, telemetry.registry.clone())?),
@@ -282,10 +264,7 @@ pub async fn start<E: Executor>(
 }
 
 /// A second listener that serves only `GET /metrics`, so scraping can stay off the public port.
-fn start_metrics_listener(
-    listen: &str,
-    registry: prometheus::Registry,
-) -> anyhow::Result<SocketAddr> {
+fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyhow::Result<SocketAddr> {
     let server = HttpServer::new(move || {
         let registry = registry.clone();
         App::new()
@@ -298,9 +277,7 @@ fn start_metrics_listener(
                             Ok(text) => actix_web::HttpResponse::Ok()
                                 .content_type(METRICS_CONTENT_TYPE)
                                 .body(text),
-                            Err(e) => {
-                                actix_web::HttpResponse::InternalServerError().body(e.to_string())
-                            }
+                            Err(e) => actix_web::HttpResponse::InternalServerError().body(e.to_string()),
                         }
                     }
                 }),
@@ -310,11 +287,7 @@ fn start_metrics_listener(
     .workers(1)
     .bind(listen)
     .with_context(|| format!("binding telemetry.metrics_listen {listen}"))?;
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .context("no bound metrics address")?;
+    let addr = server.addrs().first().copied().context("no bound metrics address")?;
     actix_web::rt::spawn(server.run());
     tracing::info!("metrics on http://{addr}/metrics");
     Ok(addr)

@@ -53,9 +53,7 @@ pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<Path
     let (tokens, merges, types) = tiny_test_vocab();
     let vocab = tokens.len();
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    let mut random = |n: usize, scale: f32| -> Vec<f32> {
-        (0..n).map(|_| rng.random_range(-scale..scale)).collect()
-    };
+    let mut random = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.random_range(-scale..scale)).collect() };
     let head_dim = spec.hidden / spec.heads;
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", "llama")
@@ -163,16 +161,14 @@ pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<Path
 pub struct TestServer {
     pub addr: SocketAddr,
     pub scheduler: Addr<SchedulerActor>,
+    registry: prometheus::Registry,
     handle: actix_web::dev::ServerHandle,
     thread: Option<JoinHandle<()>>,
 }
 
 impl TestServer {
     /// Serves `prepared` with `config` (its port is replaced by a free one).
-    pub fn start<E: Executor>(
-        mut config: Config,
-        prepared: PreparedEngine<E>,
-    ) -> anyhow::Result<Self> {
+    pub fn start<E: Executor>(mut config: Config, prepared: PreparedEngine<E>) -> anyhow::Result<Self> {
         config.server.host = "127.0.0.1".into();
         config.server.port = 0;
         let (tx, rx) = mpsc::channel();
@@ -180,11 +176,9 @@ impl TestServer {
             actix_web::rt::System::new().block_on(async move {
                 match start(&config, prepared).await {
                     Ok(running) => {
-                        let _ = tx.send(Ok((
-                            running.addr,
-                            running.scheduler.clone(),
-                            running.server.handle(),
-                        )));
+                        let handle = running.server.handle();
+                        let registry = running.telemetry.registry.clone();
+                        let _ = tx.send(Ok((running.addr, running.scheduler.clone(), registry, handle)));
                         let _ = running.server.await;
                     }
                     Err(e) => {
@@ -193,13 +187,19 @@ impl TestServer {
                 }
             });
         });
-        let (addr, scheduler, handle) = rx.recv()??;
+        let (addr, scheduler, registry, handle) = rx.recv()??;
         Ok(Self {
             addr,
             scheduler,
+            registry,
             handle,
             thread: Some(thread),
         })
+    }
+
+    /// The registry `/metrics` renders (benchmarks time the render without HTTP).
+    pub fn registry(&self) -> &prometheus::Registry {
+        &self.registry
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -8,9 +8,8 @@ use bytes::Bytes;
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::openai_types::{
-    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatResponseMessage, ChatTokenLogprob,
-    ChatTopLogprob, Usage, finite_logprob, sse_data,
+    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
+    ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob, sse_data,
 };
 use super::prompt::{check_prompt, tokenize};
 use super::sse::{ChunkFormat, sse_response};
@@ -38,18 +37,9 @@ pub async fn create_chat_completion(
         .model
         .chat_template
         .render(&messages, true)
-        .map_err(|e| {
-            ApiError::invalid(
-                "messages",
-                format!("the chat template refused the messages: {e}"),
-            )
-        })?;
+        .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
     let prompt = tokenize(&state.model.tokenizer, vec![text]).await?;
-    check_prompt(
-        &prompt[0],
-        state.model.tokenizer.get_vocab_size(true),
-        "messages",
-    )?;
+    check_prompt(&prompt[0], state.model.tokenizer.get_vocab_size(true), "messages")?;
     let prompt_tokens = prompt[0].len();
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
     let choices = state
@@ -58,10 +48,7 @@ pub async fn create_chat_completion(
     let created = unix_now();
     let model = state.model.name.clone();
     if request.stream.unwrap_or(false) {
-        let include_usage = request
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
+        let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
         let format = ChatFormat {
             id,
             created,
@@ -71,9 +58,7 @@ pub async fn create_chat_completion(
         return Ok(sse_response(choices, prompt_tokens, include_usage, format));
     }
     let want_logprobs = request.logprobs.unwrap_or(false);
-    let results =
-        futures_util::future::try_join_all(choices.into_iter().map(super::generation::collect))
-            .await?;
+    let results = futures_util::future::try_join_all(choices.into_iter().map(super::generation::collect)).await?;
     let mut completion_tokens = 0;
     let choices = results
         .into_iter()
@@ -92,9 +77,7 @@ pub async fn create_chat_completion(
         })
         .collect();
     let usage = Usage::new(prompt_tokens as u32, completion_tokens as u32);
-    Ok(HttpResponse::Ok().json(ChatCompletionResponse::new(
-        id, created, model, choices, usage,
-    )))
+    Ok(HttpResponse::Ok().json(ChatCompletionResponse::new(id, created, model, choices, usage)))
 }
 
 fn chat_logprobs(tokens: &[TokenDetail]) -> ChatLogprobs {

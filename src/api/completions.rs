@@ -8,8 +8,8 @@ use bytes::Bytes;
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::openai_types::{
-    CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
-    PromptInput, TopLogprobMap, Usage, finite_logprob, sse_data,
+    CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
+    TopLogprobMap, Usage, finite_logprob, sse_data,
 };
 use super::prompt::{check_prompt, tokenize};
 use super::sse::{ChunkFormat, sse_response};
@@ -40,22 +40,12 @@ pub async fn create_completion(
     let id = format!("cmpl-{}", uuid::Uuid::new_v4().simple());
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let choices = state
-        .submit_all(
-            &id,
-            prompts,
-            params,
-            Operation::TextCompletion,
-            arrival,
-            "prompt",
-        )
+        .submit_all(&id, prompts, params, Operation::TextCompletion, arrival, "prompt")
         .await?;
     let created = unix_now();
     let model = state.model.name.clone();
     if request.stream.unwrap_or(false) {
-        let include_usage = request
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
+        let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
         let format = CompletionFormat {
             id,
             created,
@@ -65,16 +55,13 @@ pub async fn create_completion(
         };
         return Ok(sse_response(choices, prompt_tokens, include_usage, format));
     }
-    let results =
-        futures_util::future::try_join_all(choices.into_iter().map(super::generation::collect))
-            .await?;
+    let results = futures_util::future::try_join_all(choices.into_iter().map(super::generation::collect)).await?;
     let mut completion_tokens = 0;
     let choices = results
         .into_iter()
         .map(|(index, delta)| {
             completion_tokens += delta.end.map_or(0, |e| e.usage.completion_tokens);
-            let logprobs =
-                (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, 0));
+            let logprobs = (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, 0));
             CompletionChoice {
                 index,
                 text: delta.text,
@@ -99,10 +86,7 @@ fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionL
         out.tokens.push(t.text.clone());
         out.token_logprobs.push(finite_logprob(t.logprob));
         out.top_logprobs.push(Some(TopLogprobMap(
-            t.top
-                .iter()
-                .map(|(s, l)| (s.clone(), finite_logprob(*l)))
-                .collect(),
+            t.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect(),
         )));
         out.text_offset.push(offset);
         offset += t.text.len() as u32;
@@ -126,13 +110,8 @@ impl ChunkFormat for CompletionFormat {
 
     fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Bytes {
         let offset = self.offsets.entry(index).or_default();
-        let logprobs =
-            (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, *offset));
-        *offset += delta
-            .tokens
-            .iter()
-            .map(|t| t.text.len() as u32)
-            .sum::<u32>();
+        let logprobs = (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, *offset));
+        *offset += delta.tokens.iter().map(|t| t.text.len() as u32).sum::<u32>();
         let choice = CompletionChoice {
             index,
             text: delta.text.clone(),
@@ -152,12 +131,7 @@ impl ChunkFormat for CompletionFormat {
     }
 
     fn usage(&mut self, usage: Usage) -> Bytes {
-        let mut chunk = CompletionChunk::new(
-            self.id.clone(),
-            self.created,
-            self.model.clone(),
-            Vec::new(),
-        );
+        let mut chunk = CompletionChunk::new(self.id.clone(), self.created, self.model.clone(), Vec::new());
         chunk.usage = Some(usage);
         sse_data(&chunk)
     }

@@ -160,10 +160,7 @@ mod tests {
     fn multibyte_char_is_held_until_complete() {
         let tok = tokenizer();
         let ids = encode(&tok, "café 🙂!");
-        assert!(
-            ids.len() > "café 🙂!".chars().count(),
-            "chars split across tokens"
-        );
+        assert!(ids.len() > "café 🙂!".chars().count(), "chars split across tokens");
         let (pieces, joined) = stream(&tok, &[], &ids);
         assert_eq!(joined, "café 🙂!");
         assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
@@ -216,12 +213,8 @@ mod tests {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         for _ in 0..300 {
             let len = rng.below(20);
-            let text: String = (0..len)
-                .map(|_| alphabet[rng.below(alphabet.len())])
-                .collect();
-            let prompt_text: String = (0..rng.below(6))
-                .map(|_| alphabet[rng.below(alphabet.len())])
-                .collect();
+            let text: String = (0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect();
+            let prompt_text: String = (0..rng.below(6)).map(|_| alphabet[rng.below(alphabet.len())]).collect();
             let ids = encode(&tok, &text);
             let (pieces, joined) = stream(&tok, &encode(&tok, &prompt_text), &ids);
             assert_eq!(joined, text, "prompt {prompt_text:?}");

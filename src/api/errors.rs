@@ -161,27 +161,22 @@ impl ApiError {
     /// Maps actix's JSON extractor errors; `limit` is only used for messages.
     pub fn from_json_error(err: &JsonPayloadError, limit: usize) -> Self {
         match err {
-            JsonPayloadError::OverflowKnownLength { limit, .. }
-            | JsonPayloadError::Overflow { limit } => ApiError::PayloadTooLarge { limit: *limit },
-            JsonPayloadError::Payload(PayloadError::Overflow) => {
-                ApiError::PayloadTooLarge { limit }
+            JsonPayloadError::OverflowKnownLength { limit, .. } | JsonPayloadError::Overflow { limit } => {
+                ApiError::PayloadTooLarge { limit: *limit }
             }
+            JsonPayloadError::Payload(PayloadError::Overflow) => ApiError::PayloadTooLarge { limit },
             JsonPayloadError::ContentType => {
                 ApiError::MalformedJson("Content-Type must be application/json".to_owned())
             }
             JsonPayloadError::Deserialize(e) => {
                 let message = e.to_string();
                 match (e.classify(), field_named_by_serde(&message)) {
-                    (serde_json::error::Category::Data, Some(param)) => {
-                        ApiError::InvalidParameter { param, message }
-                    }
+                    (serde_json::error::Category::Data, Some(param)) => ApiError::InvalidParameter { param, message },
                     (serde_json::error::Category::Data, None) => ApiError::MalformedJson(message),
                     _ => ApiError::MalformedJson(format!("invalid JSON body: {message}")),
                 }
             }
-            JsonPayloadError::Payload(e) => {
-                ApiError::MalformedJson(format!("could not read the request body: {e}"))
-            }
+            JsonPayloadError::Payload(e) => ApiError::MalformedJson(format!("could not read the request body: {e}")),
             // Only produced when serializing a response; unreachable from the
             // extractor, but mapped rather than panicking.
             other => ApiError::EngineError(other.to_string()),
@@ -206,9 +201,9 @@ fn field_named_by_serde(message: &str) -> Option<String> {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::InvalidParameter { .. }
-            | ApiError::MalformedJson(_)
-            | ApiError::ContextLengthExceeded { .. } => StatusCode::BAD_REQUEST,
+            ApiError::InvalidParameter { .. } | ApiError::MalformedJson(_) | ApiError::ContextLengthExceeded { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -293,10 +288,7 @@ mod tests {
 
     #[actix_web::test]
     async fn overloaded_sets_retry_after() {
-        let resp = ApiError::Overloaded {
-            retry_after_secs: 2,
-        }
-        .error_response();
+        let resp = ApiError::Overloaded { retry_after_secs: 2 }.error_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers().get(RETRY_AFTER).unwrap(), "2");
         let v = body_of(resp).await;
@@ -307,16 +299,8 @@ mod tests {
     fn every_variant_has_consistent_status_and_type() {
         let cases = [
             (ApiError::invalid("n", "bad"), 400, "invalid_request_error"),
-            (
-                ApiError::MalformedJson("x".into()),
-                400,
-                "invalid_request_error",
-            ),
-            (
-                ApiError::PayloadTooLarge { limit: 1 },
-                413,
-                "invalid_request_error",
-            ),
+            (ApiError::MalformedJson("x".into()), 400, "invalid_request_error"),
+            (ApiError::PayloadTooLarge { limit: 1 }, 413, "invalid_request_error"),
             (ApiError::ModelNotFound("m".into()), 404, "not_found_error"),
             (
                 ApiError::NotFound {
@@ -335,11 +319,7 @@ mod tests {
                 "invalid_request_error",
             ),
             (ApiError::EngineError("e".into()), 500, "server_error"),
-            (
-                ApiError::Unavailable("u".into()),
-                503,
-                "service_unavailable",
-            ),
+            (ApiError::Unavailable("u".into()), 503, "service_unavailable"),
         ];
         for (err, status, kind) in cases {
             assert_eq!(err.status_code().as_u16(), status, "{err:?}");
@@ -349,12 +329,7 @@ mod tests {
     }
 
     async fn post(body: &'static str, content_type: &str) -> (u16, serde_json::Value) {
-        let app = init_service(
-            App::new()
-                .app_data(json_config(64))
-                .route("/", web::post().to(probe)),
-        )
-        .await;
+        let app = init_service(App::new().app_data(json_config(64)).route("/", web::post().to(probe))).await;
         let req = TestRequest::post()
             .uri("/")
             .insert_header(("content-type", content_type))
@@ -371,10 +346,7 @@ mod tests {
         let (s, v) = post(r#"{"model":"m","temperature":"abc"}"#, "application/json").await;
         assert_eq!(s, 400);
         let msg = v["error"]["message"].as_str().unwrap_or_default();
-        assert!(
-            msg.contains("invalid type: string \"abc\", expected f32"),
-            "{msg}"
-        );
+        assert!(msg.contains("invalid type: string \"abc\", expected f32"), "{msg}");
 
         let (s, v) = post(r#"{"temperature":1}"#, "application/json").await;
         assert_eq!(s, 400);

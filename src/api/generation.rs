@@ -116,16 +116,12 @@ impl ChoiceStream {
         loop {
             let Some(event) = self.events.recv().await else {
                 self.finished = true;
-                return Some(Err(ApiError::EngineError(
-                    "the engine dropped the request".into(),
-                )));
+                return Some(Err(ApiError::EngineError("the engine dropped the request".into())));
             };
             match event {
                 TokenEvent::Token { id, logprobs } => {
                     self.completion_tokens += 1;
-                    let tokens = logprobs
-                        .map(|lp| vec![self.detail(id, &lp)])
-                        .unwrap_or_default();
+                    let tokens = logprobs.map(|lp| vec![self.detail(id, &lp)]).unwrap_or_default();
                     let text = self.detokenizer.push(&self.tokenizer, id);
                     let outcome = self.stops.push(&text);
                     if outcome.stopped {
@@ -145,11 +141,7 @@ impl ChoiceStream {
                         end: None,
                     }));
                 }
-                TokenEvent::Finished {
-                    reason,
-                    usage,
-                    timings,
-                } => {
+                TokenEvent::Finished { reason, usage, timings } => {
                     self.finished = true;
                     let tail = self.detokenizer.finish(&self.tokenizer);
                     let outcome = self.stops.push(&tail);
@@ -160,11 +152,7 @@ impl ChoiceStream {
                         text.push_str(&self.stops.flush());
                         reason
                     };
-                    let end = ChoiceEnd {
-                        reason,
-                        usage,
-                        timings,
-                    };
+                    let end = ChoiceEnd { reason, usage, timings };
                     return Some(Ok(ChoiceDelta {
                         text,
                         tokens: Vec::new(),
@@ -181,11 +169,7 @@ impl ChoiceStream {
 
     /// After a stop string: skips tokens generated meanwhile and ends with the engine's
     /// usage and timings, so responses and metrics count the same tokens.
-    async fn await_stop_confirmation(
-        &mut self,
-        text: String,
-        tokens: Vec<TokenDetail>,
-    ) -> ChoiceDelta {
+    async fn await_stop_confirmation(&mut self, text: String, tokens: Vec<TokenDetail>) -> ChoiceDelta {
         self.finished = true;
         let mut end = ChoiceEnd {
             reason: FinishReason::Stop,
@@ -213,11 +197,7 @@ impl ChoiceStream {
         TokenDetail {
             text: self.token_text(id),
             logprob: lp.logprob,
-            top: lp
-                .top
-                .iter()
-                .map(|&(t, l)| (self.token_text(t), l))
-                .collect(),
+            top: lp.top.iter().map(|&(t, l)| (self.token_text(t), l)).collect(),
         }
     }
 
@@ -240,9 +220,7 @@ impl Drop for ChoiceStream {
 /// The one mapping of engine refusals and failures to API errors.
 pub fn engine_error(error: EngineError) -> ApiError {
     match error {
-        EngineError::Overloaded { .. } => ApiError::Overloaded {
-            retry_after_secs: 1,
-        },
+        EngineError::Overloaded { .. } => ApiError::Overloaded { retry_after_secs: 1 },
         EngineError::TooLong { .. } => ApiError::InvalidParameter {
             param: "prompt".into(),
             message: format!("{error}; shorten the prompt"),
@@ -263,11 +241,7 @@ impl ChoiceEnd {
             decode_s: t.decode_s,
             mean_inter_token_latency_s: t.time_per_output_token_s,
             e2e_s: t.e2e_s,
-            output_tokens_per_s: if t.e2e_s > 0.0 {
-                generated / t.e2e_s
-            } else {
-                0.0
-            },
+            output_tokens_per_s: if t.e2e_s > 0.0 { generated / t.e2e_s } else { 0.0 },
         }
     }
 }

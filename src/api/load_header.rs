@@ -24,9 +24,7 @@ pub async fn endpoint_load_metrics(
         .get(FORMAT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_uppercase());
-    let scheduler = req
-        .app_data::<web::Data<AppState>>()
-        .map(|s| s.scheduler.clone());
+    let scheduler = req.app_data::<web::Data<AppState>>().map(|s| s.scheduler.clone());
     let mut response = next.call(req).await?;
     if let (Some(format), Some(scheduler)) = (format, scheduler)
         && let Ok(load) = scheduler.send(GetLoad).await
@@ -54,10 +52,7 @@ pub fn render(format: &str, load: &SchedulerStats) -> String {
             .collect();
         format!("JSON {}", serde_json::json!({ "named_metrics": named }))
     } else {
-        let pairs: Vec<String> = metrics
-            .iter()
-            .map(|(k, v)| format!("named_metrics.{k}={v}"))
-            .collect();
+        let pairs: Vec<String> = metrics.iter().map(|(k, v)| format!("named_metrics.{k}={v}")).collect();
         format!("TEXT {}", pairs.join(", "))
     }
 }
@@ -80,8 +75,7 @@ mod tests {
              named_metrics.num_requests_swapped=0, named_metrics.kv_cache_usage_perc=0.5"
         );
         let json: serde_json::Value =
-            serde_json::from_str(render("JSON", &load).strip_prefix("JSON ").expect("prefix"))
-                .expect("json");
+            serde_json::from_str(render("JSON", &load).strip_prefix("JSON ").expect("prefix")).expect("json");
         assert_eq!(json["named_metrics"]["num_requests_running"], 3.0);
     }
 }

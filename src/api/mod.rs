@@ -66,12 +66,7 @@ impl AppState {
         let mut choices = Vec::with_capacity(prompts.len() * n as usize);
         for (p, prompt) in prompts.into_iter().enumerate() {
             let mut base = params.clone();
-            prompt::fit_to_context(
-                prompt.len(),
-                &mut base,
-                self.model.max_model_len,
-                prompt_param,
-            )?;
+            prompt::fit_to_context(prompt.len(), &mut base, self.model.max_model_len, prompt_param)?;
             for c in 0..n {
                 let index = p as u32 * n + c;
                 let mut params = base.clone();
@@ -85,9 +80,7 @@ impl AppState {
                     operation,
                     arrival,
                 };
-                choices.push(
-                    ChoiceStream::submit(&self.scheduler, &self.model.tokenizer, request).await?,
-                );
+                choices.push(ChoiceStream::submit(&self.scheduler, &self.model.tokenizer, request).await?);
             }
         }
         Ok(choices)
@@ -96,7 +89,5 @@ impl AppState {
 
 /// Seconds since the Unix epoch, for `created` fields.
 pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -47,10 +47,7 @@ impl Default for PromptInput {
 
 /// `stop`: one string or a list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(
-    untagged,
-    expecting = "field `stop` must be a string or an array of strings"
-)]
+#[serde(untagged, expecting = "field `stop` must be a string or an array of strings")]
 pub enum StopInput {
     Single(String),
     Multiple(Vec<String>),
@@ -427,13 +424,7 @@ pub struct CompletionResponse {
 impl CompletionResponse {
     pub const OBJECT: &'static str = "text_completion";
 
-    pub fn new(
-        id: String,
-        created: u64,
-        model: String,
-        choices: Vec<CompletionChoice>,
-        usage: Usage,
-    ) -> Self {
+    pub fn new(id: String, created: u64, model: String, choices: Vec<CompletionChoice>, usage: Usage) -> Self {
         Self {
             id,
             object: Self::OBJECT.to_owned(),
@@ -533,13 +524,7 @@ pub struct ChatCompletionResponse {
 impl ChatCompletionResponse {
     pub const OBJECT: &'static str = "chat.completion";
 
-    pub fn new(
-        id: String,
-        created: u64,
-        model: String,
-        choices: Vec<ChatChoice>,
-        usage: Usage,
-    ) -> Self {
+    pub fn new(id: String, created: u64, model: String, choices: Vec<ChatChoice>, usage: Usage) -> Self {
         Self {
             id,
             object: Self::OBJECT.to_owned(),
@@ -705,8 +690,7 @@ mod tests {
         assert_eq!(req.stop_token_ids, Some(vec![2]));
         assert_eq!(req.stream_options.unwrap().include_usage, Some(true));
         // Explicit nulls (the Python client passes `None` through) parse.
-        let req: CompletionRequest =
-            parse(json!({"prompt": "x", "max_tokens": null, "stop": null})).unwrap();
+        let req: CompletionRequest = parse(json!({"prompt": "x", "max_tokens": null, "stop": null})).unwrap();
         assert_eq!(req.max_tokens, None);
         assert_eq!(req.model, None);
     }
@@ -746,8 +730,7 @@ mod tests {
 
     #[test]
     fn unknown_role_is_rejected() {
-        let r =
-            parse::<ChatCompletionRequest>(json!({"messages": [{"role": "bot", "content": "x"}]}));
+        let r = parse::<ChatCompletionRequest>(json!({"messages": [{"role": "bot", "content": "x"}]}));
         assert!(r.unwrap_err().contains("unknown variant `bot`"));
     }
 
@@ -842,9 +825,7 @@ mod tests {
             json!({"role": "assistant", "content": "yo"})
         );
         assert!(v["choices"][0].get("logprobs").is_some_and(|l| l.is_null()));
-        let models =
-            serde_json::to_value(ModelList::new(vec![ModelCard::new("m".into(), 9, 4096)]))
-                .unwrap();
+        let models = serde_json::to_value(ModelList::new(vec![ModelCard::new("m".into(), 9, 4096)])).unwrap();
         assert_eq!(
             models,
             json!({"object": "list", "data": [{"id": "m", "object": "model", "created": 9,

@@ -10,19 +10,12 @@ use super::errors::ApiError;
 use crate::engine::sampling_params::SamplingParams;
 
 /// Tokenises texts on the blocking pool (tokenising a long prompt takes milliseconds).
-pub async fn tokenize(
-    tokenizer: &Arc<Tokenizer>,
-    texts: Vec<String>,
-) -> Result<Vec<Vec<u32>>, ApiError> {
+pub async fn tokenize(tokenizer: &Arc<Tokenizer>, texts: Vec<String>) -> Result<Vec<Vec<u32>>, ApiError> {
     let tokenizer = Arc::clone(tokenizer);
     web::block(move || {
         texts
             .iter()
-            .map(|t| {
-                tokenizer
-                    .encode(t.as_str(), false)
-                    .map(|e| e.get_ids().to_vec())
-            })
+            .map(|t| tokenizer.encode(t.as_str(), false).map(|e| e.get_ids().to_vec()))
             .collect::<Result<Vec<_>, _>>()
     })
     .await
@@ -36,10 +29,7 @@ pub async fn tokenize(
 /// Refuses empty prompts and token ids outside the vocabulary.
 pub fn check_prompt(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
     if ids.is_empty() {
-        return Err(ApiError::invalid(
-            param,
-            format!("`{param}` must not be empty"),
-        ));
+        return Err(ApiError::invalid(param, format!("`{param}` must not be empty")));
     }
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab_size) {
         return Err(ApiError::invalid(

@@ -22,16 +22,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         };
     }
     cfg.service(resource!("/v1/models", Method::GET, list_models))
-        .service(resource!(
-            "/v1/completions",
-            Method::POST,
-            create_completion
-        ))
-        .service(resource!(
-            "/v1/chat/completions",
-            Method::POST,
-            create_chat_completion
-        ))
+        .service(resource!("/v1/completions", Method::POST, create_completion))
+        .service(resource!("/v1/chat/completions", Method::POST, create_chat_completion))
         .service(resource!("/health", Method::GET, health))
         .service(resource!("/version", Method::GET, version))
         .service(resource!("/load", Method::GET, load))

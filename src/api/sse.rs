@@ -35,13 +35,9 @@ pub fn sse_response<F: ChunkFormat>(
     include_usage: bool,
     mut format: F,
 ) -> HttpResponse {
-    let opening: Vec<Result<Bytes, actix_web::Error>> = choices
-        .iter()
-        .filter_map(|c| format.opening(c.index))
-        .map(Ok)
-        .collect();
-    let merged: SelectAll<_> =
-        stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
+    let opening: Vec<Result<Bytes, actix_web::Error>> =
+        choices.iter().filter_map(|c| format.opening(c.index)).map(Ok).collect();
+    let merged: SelectAll<_> = stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
     let state = (merged, format, 0usize, false);
     let body = stream::unfold(
         state,
@@ -60,17 +56,12 @@ pub fn sse_response<F: ChunkFormat>(
                 Some((_, Err(error))) => {
                     tracing::warn!(%error, "stream ended by an engine error");
                     let chunk = sse_data(&error.body());
-                    Some((
-                        vec![Ok(chunk), Ok(sse_done())],
-                        (merged, format, completion, true),
-                    ))
+                    Some((vec![Ok(chunk), Ok(sse_done())], (merged, format, completion, true)))
                 }
                 None => {
                     let mut tail = Vec::new();
                     if include_usage {
-                        tail.push(Ok(
-                            format.usage(Usage::new(prompt_tokens as u32, completion as u32))
-                        ));
+                        tail.push(Ok(format.usage(Usage::new(prompt_tokens as u32, completion as u32))));
                     }
                     tail.push(Ok(sse_done()));
                     Some((tail, (merged, format, completion, true)))

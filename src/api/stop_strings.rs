@@ -129,10 +129,7 @@ mod tests {
 
     #[test]
     fn cuts_before_the_stop_string() {
-        assert_eq!(
-            run(&["END"], &["hello EN", "D and more"]),
-            ("hello ".into(), true)
-        );
+        assert_eq!(run(&["END"], &["hello EN", "D and more"]), ("hello ".into(), true));
         assert_eq!(run(&["\n\n"], &["a\n", "\nb"]), ("a".into(), true));
     }
 
@@ -199,9 +196,7 @@ mod tests {
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
         for case in 0..3000 {
             let word = |rng: &mut Rng, max: usize| -> String {
-                (0..max)
-                    .map(|_| alphabet[rng.below(alphabet.len())])
-                    .collect()
+                (0..max).map(|_| alphabet[rng.below(alphabet.len())]).collect()
             };
             let stops: Vec<String> = (0..rng.below(4))
                 .map(|_| {
@@ -218,10 +213,7 @@ mod tests {
                 .iter()
                 .filter_map(|s| text.find(s.as_str()).map(|at| (at + s.len(), at)))
                 .min();
-            let expected = (
-                cut.map_or(text.clone(), |(_, at)| text[..at].to_owned()),
-                cut.is_some(),
-            );
+            let expected = (cut.map_or(text.clone(), |(_, at)| text[..at].to_owned()), cut.is_some());
             assert_eq!(whole, expected, "case {case}: {stops:?} {text:?}");
 
             let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
@@ -234,11 +226,7 @@ mod tests {
                 }
             }
             chunks.push(&text[start..]);
-            assert_eq!(
-                run(&stop_refs, &chunks),
-                expected,
-                "case {case}: {stops:?} {chunks:?}"
-            );
+            assert_eq!(run(&stop_refs, &chunks), expected, "case {case}: {stops:?} {chunks:?}");
         }
     }
 }

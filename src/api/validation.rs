@@ -64,17 +64,9 @@ pub struct SamplingInputs<'a> {
     pub logprobs_param: &'static str,
 }
 
-fn check_range(
-    param: &str,
-    value: Option<f32>,
-    ok: impl Fn(f32) -> bool,
-    rule: &str,
-) -> Result<(), ApiError> {
+fn check_range(param: &str, value: Option<f32>, ok: impl Fn(f32) -> bool, rule: &str) -> Result<(), ApiError> {
     match value {
-        Some(v) if !ok(v) => Err(ApiError::invalid(
-            param,
-            format!("`{param}` must be {rule}, got {v}"),
-        )),
+        Some(v) if !ok(v) => Err(ApiError::invalid(param, format!("`{param}` must be {rule}, got {v}"))),
         _ => Ok(()),
     }
 }
@@ -94,22 +86,12 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         |v| v > 0.0 && v <= 1.0,
         "greater than 0 and at most 1",
     )?;
-    check_range(
-        "min_p",
-        inputs.min_p,
-        |v| (0.0..=1.0).contains(&v),
-        "between 0 and 1",
-    )?;
+    check_range("min_p", inputs.min_p, |v| (0.0..=1.0).contains(&v), "between 0 and 1")?;
     for (param, value) in [
         ("presence_penalty", inputs.presence_penalty),
         ("frequency_penalty", inputs.frequency_penalty),
     ] {
-        check_range(
-            param,
-            value,
-            |v| (-2.0..=2.0).contains(&v),
-            "between -2 and 2",
-        )?;
+        check_range(param, value, |v| (-2.0..=2.0).contains(&v), "between -2 and 2")?;
     }
     check_range(
         "repetition_penalty",
@@ -165,10 +147,7 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
     if stop.len() > MAX_STOP {
         return Err(ApiError::invalid(
             "stop",
-            format!(
-                "`stop` may hold at most {MAX_STOP} strings, got {}",
-                stop.len()
-            ),
+            format!("`stop` may hold at most {MAX_STOP} strings, got {}", stop.len()),
         ));
     }
 
@@ -184,10 +163,7 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         repetition_penalty: inputs.repetition_penalty.unwrap_or(d.repetition_penalty),
         max_tokens: inputs.max_tokens,
         stop,
-        stop_token_ids: inputs
-            .stop_token_ids
-            .map(<[u32]>::to_vec)
-            .unwrap_or_default(),
+        stop_token_ids: inputs.stop_token_ids.map(<[u32]>::to_vec).unwrap_or_default(),
         ignore_eos: inputs.ignore_eos.unwrap_or(false),
         logprobs: inputs.logprobs,
         n,
@@ -252,9 +228,7 @@ impl CompletionRequest {
             top_k: self.top_k,
             min_p: self.min_p,
             n: self.n,
-            max_tokens: self
-                .max_tokens
-                .unwrap_or(SamplingParams::default().max_tokens),
+            max_tokens: self.max_tokens.unwrap_or(SamplingParams::default().max_tokens),
             max_tokens_param: "max_tokens",
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
@@ -270,10 +244,7 @@ impl CompletionRequest {
         if let Some(best_of) = self.best_of.filter(|&b| b != params.n) {
             return Err(ApiError::invalid(
                 "best_of",
-                format!(
-                    "`best_of` must equal `n` ({}) when set; got {best_of}",
-                    params.n
-                ),
+                format!("`best_of` must equal `n` ({}) when set; got {best_of}", params.n),
             ));
         }
         Ok(params)
@@ -382,27 +353,17 @@ mod tests {
             (json!({"repetition_penalty": 0}), "repetition_penalty"),
             (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
             (json!({"min_tokens": 3}), "min_tokens"),
-            (
-                json!({"stream_options": {"include_usage": true}}),
-                "stream_options",
-            ),
+            (json!({"stream_options": {"include_usage": true}}), "stream_options"),
         ];
         for (body, param) in cases {
-            assert_eq!(
-                rejected_param(completion(body.clone())),
-                param,
-                "completion {body}"
-            );
+            assert_eq!(rejected_param(completion(body.clone())), param, "completion {body}");
             assert_eq!(rejected_param(chat(body.clone())), param, "chat {body}");
         }
     }
 
     #[test]
     fn completion_specific_rules() {
-        assert_eq!(
-            rejected_param(completion(json!({"logprobs": 21}))),
-            "logprobs"
-        );
+        assert_eq!(rejected_param(completion(json!({"logprobs": 21}))), "logprobs");
         assert_eq!(rejected_param(completion(json!({"echo": true}))), "echo");
         assert_eq!(rejected_param(completion(json!({"best_of": 2}))), "best_of");
         assert!(completion(json!({"best_of": 2, "n": 2})).is_ok());
@@ -416,23 +377,14 @@ mod tests {
         );
         assert!(completion(json!({"logit_bias": {"5": -100}, "echo": false})).is_ok());
         for prompt in [json!(""), json!([]), json!(["a", ""]), json!([[1], []])] {
-            assert_eq!(
-                rejected_param(completion(json!({"prompt": prompt}))),
-                "prompt"
-            );
+            assert_eq!(rejected_param(completion(json!({"prompt": prompt}))), "prompt");
         }
-        assert_eq!(
-            completion(json!({"logprobs": 0})).unwrap().logprobs,
-            Some(0)
-        );
+        assert_eq!(completion(json!({"logprobs": 0})).unwrap().logprobs, Some(0));
     }
 
     #[test]
     fn chat_specific_rules() {
-        assert_eq!(
-            rejected_param(chat(json!({"top_logprobs": 2}))),
-            "top_logprobs"
-        );
+        assert_eq!(rejected_param(chat(json!({"top_logprobs": 2}))), "top_logprobs");
         assert_eq!(
             rejected_param(chat(json!({"logprobs": true, "top_logprobs": 21}))),
             "top_logprobs"
@@ -470,9 +422,6 @@ mod tests {
         for k in [-1, 0] {
             assert_eq!(completion(json!({"top_k": k})).unwrap().top_k, None);
         }
-        assert_eq!(
-            completion(json!({"stop": "END"})).unwrap().stop,
-            vec!["END".to_owned()]
-        );
+        assert_eq!(completion(json!({"stop": "END"})).unwrap().stop, vec!["END".to_owned()]);
     }
 }

@@ -3,9 +3,7 @@
 /// Parses a byte size with an optional binary (KiB, MiB, GiB) or decimal (KB, MB, GB) unit.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .parse()

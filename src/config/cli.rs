@@ -122,21 +122,12 @@ impl ServeArgs {
         set(&mut c.server.served_model_name, &self.served_model_name);
         set(&mut c.server.host, &self.host);
         set(&mut c.server.port, &self.port);
-        set(
-            &mut c.server.max_request_body_bytes,
-            &self.max_request_body_bytes,
-        );
+        set(&mut c.server.max_request_body_bytes, &self.max_request_body_bytes);
         set(&mut c.engine.block_size, &self.block_size);
         set(&mut c.engine.kv_cache_memory, &self.kv_cache_memory);
-        set(
-            &mut c.engine.num_gpu_blocks_override,
-            &self.num_gpu_blocks_override,
-        );
+        set(&mut c.engine.num_gpu_blocks_override, &self.num_gpu_blocks_override);
         set(&mut c.engine.max_num_seqs, &self.max_num_seqs);
-        set(
-            &mut c.engine.max_num_batched_tokens,
-            &self.max_num_batched_tokens,
-        );
+        set(&mut c.engine.max_num_batched_tokens, &self.max_num_batched_tokens);
         set(&mut c.engine.max_model_len, &self.max_model_len);
         set(&mut c.engine.max_waiting, &self.max_waiting);
         set(&mut c.telemetry.engine_prefix, &self.engine_prefix);
@@ -149,13 +140,9 @@ impl ServeArgs {
         set(&mut c.telemetry.otlp_temporality, &self.otlp_temporality);
         for header in &self.otlp_headers {
             let name = header.split('=').next().unwrap_or("").trim().to_string();
-            c.telemetry.otlp_headers.retain(|h| {
-                !h.split('=')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .eq_ignore_ascii_case(&name)
-            });
+            c.telemetry
+                .otlp_headers
+                .retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
             c.telemetry.otlp_headers.push(header.clone());
         }
         if self.disable_telemetry {
@@ -177,8 +164,7 @@ mod tests {
     fn flags_override_the_file_which_overrides_defaults() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("kiln.toml");
-        std::fs::write(&path, "[server]\nport = 9001\n[engine]\nmax_num_seqs = 4\n")
-            .expect("write");
+        std::fs::write(&path, "[server]\nport = 9001\n[engine]\nmax_num_seqs = 4\n").expect("write");
         let cli = Cli::try_parse_from([
             "kiln",
             "serve",

@@ -162,10 +162,7 @@ impl Config {
             .parse::<SocketAddr>()
             .map_err(|err| invalid("server.host", err.to_string()))?;
         if self.server.max_request_body_bytes < 1024 {
-            return Err(invalid(
-                "server.max_request_body_bytes",
-                "must be at least 1024",
-            ));
+            return Err(invalid("server.max_request_body_bytes", "must be at least 1024"));
         }
         if !(1..=1024).contains(&e.block_size) || !e.block_size.is_power_of_two() {
             return Err(invalid(
@@ -203,12 +200,9 @@ impl Config {
             ));
         }
         if !t.metrics_listen.is_empty() {
-            t.metrics_listen.parse::<SocketAddr>().map_err(|e| {
-                invalid(
-                    "telemetry.metrics_listen",
-                    format!("`{}`: {e}", t.metrics_listen),
-                )
-            })?;
+            t.metrics_listen
+                .parse::<SocketAddr>()
+                .map_err(|e| invalid("telemetry.metrics_listen", format!("`{}`: {e}", t.metrics_listen)))?;
         }
         self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
         Ok(())
@@ -220,15 +214,9 @@ impl Config {
         if t.otlp_endpoint.is_empty() {
             return Ok(None);
         }
-        let protocol: OtlpProtocol = t
-            .otlp_protocol
-            .parse()
-            .map_err(|e: OtlpError| e.to_string())?;
+        let protocol: OtlpProtocol = t.otlp_protocol.parse().map_err(|e: OtlpError| e.to_string())?;
         let mut cfg = OtlpConfig::new(t.otlp_endpoint.clone(), protocol);
-        cfg.temporality = t
-            .otlp_temporality
-            .parse()
-            .map_err(|e: OtlpError| e.to_string())?;
+        cfg.temporality = t.otlp_temporality.parse().map_err(|e: OtlpError| e.to_string())?;
         let seconds = |key: &str, v: f64| {
             (v > 0.0 && v.is_finite())
                 .then(|| std::time::Duration::from_secs_f64(v))
@@ -248,17 +236,11 @@ impl Config {
 
     /// Applies the standard `OTEL_EXPORTER_OTLP_*` / `OTEL_METRIC_EXPORT_INTERVAL` variables
     /// (read through `lookup`) over the file's OTLP settings; kiln's flags come after.
-    pub fn apply_otel_env(
-        &mut self,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<(), ConfigError> {
+    pub fn apply_otel_env(&mut self, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         let t = &self.telemetry;
-        let env_endpoint = [
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-        ]
-        .iter()
-        .any(|v| lookup(v).is_some_and(|e| !e.trim().is_empty()));
+        let env_endpoint = ["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
+            .iter()
+            .any(|v| lookup(v).is_some_and(|e| !e.trim().is_empty()));
         if t.otlp_endpoint.is_empty() && !env_endpoint {
             return Ok(()); // no push configured anywhere (flags may still add it)
         }
@@ -274,8 +256,8 @@ impl Config {
             .map_err(|e: OtlpError| invalid("telemetry.otlp_temporality", e.to_string()))?;
         base.interval = std::time::Duration::from_secs_f64(t.otlp_interval_s.max(0.001));
         base.timeout = std::time::Duration::from_secs_f64(t.otlp_timeout_s.max(0.001));
-        let Some(cfg) = otlp_config_from_lookup(Some(base), lookup)
-            .map_err(|e| invalid("OTEL_EXPORTER_OTLP_*", e.to_string()))?
+        let Some(cfg) =
+            otlp_config_from_lookup(Some(base), lookup).map_err(|e| invalid("OTEL_EXPORTER_OTLP_*", e.to_string()))?
         else {
             return Ok(());
         };
@@ -286,13 +268,8 @@ impl Config {
         t.otlp_interval_s = cfg.interval.as_secs_f64();
         t.otlp_timeout_s = cfg.timeout.as_secs_f64();
         for (name, value) in cfg.headers {
-            t.otlp_headers.retain(|h| {
-                !h.split('=')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .eq_ignore_ascii_case(&name)
-            });
+            t.otlp_headers
+                .retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
             t.otlp_headers.push(format!("{name}={value}"));
         }
         Ok(())
@@ -320,20 +297,10 @@ mod tests {
     fn bad_values_name_their_key() {
         let mut c = Config::default();
         c.engine.block_size = 3;
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("engine.block_size")
-        );
+        assert!(c.validate().unwrap_err().to_string().contains("engine.block_size"));
         let mut c = Config::default();
         c.engine.kv_cache_memory = "lots".into();
-        assert!(
-            c.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("engine.kv_cache_memory")
-        );
+        assert!(c.validate().unwrap_err().to_string().contains("engine.kv_cache_memory"));
     }
 
     #[test]

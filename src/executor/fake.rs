@@ -41,9 +41,7 @@ impl Executor for FakeExecutor {
         if !self.behaviour.step_delay.is_zero() {
             std::thread::sleep(self.behaviour.step_delay);
         }
-        let runs = |t: Option<u32>| {
-            t.is_some_and(|t| batch.sequences.iter().any(|s| s.token_ids.contains(&t)))
-        };
+        let runs = |t: Option<u32>| t.is_some_and(|t| batch.sequences.iter().any(|s| s.token_ids.contains(&t)));
         if runs(self.behaviour.panic_on_token) {
             panic!("fake executor told to panic");
         }

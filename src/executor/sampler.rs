@@ -19,9 +19,7 @@ pub struct SamplingContext<'a> {
 /// same seed gives the same output whatever else is in the batch or whether it was preempted.
 pub fn token_rng(seed: Option<u64>, generated: usize, fallback: &mut StdRng) -> StdRng {
     match seed {
-        Some(seed) => {
-            StdRng::seed_from_u64(seed ^ (generated as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        }
+        Some(seed) => StdRng::seed_from_u64(seed ^ (generated as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         None => StdRng::seed_from_u64(fallback.random()),
     }
 }
@@ -88,11 +86,7 @@ fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext<'_>) {
 fn sample_filtered(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> u32 {
     let inv_t = 1.0 / params.temperature.max(1e-5);
     // Candidates sorted by logit, best first; top-k cuts before the sort.
-    let mut candidates: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| (i as u32, l * inv_t))
-        .collect();
+    let mut candidates: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l * inv_t)).collect();
     let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1);
     if let Some(k) = params
         .top_k
@@ -190,17 +184,10 @@ mod tests {
     fn same_seed_same_token_and_top_k_one_is_greedy() {
         let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
         let p = params(|p| p.temperature = 1.5);
-        let a: Vec<u32> = (0..20)
-            .map(|i| draw(&logits, &p, 7, &vec![0; i]).token)
-            .collect();
-        let b: Vec<u32> = (0..20)
-            .map(|i| draw(&logits, &p, 7, &vec![0; i]).token)
-            .collect();
+        let a: Vec<u32> = (0..20).map(|i| draw(&logits, &p, 7, &vec![0; i]).token).collect();
+        let b: Vec<u32> = (0..20).map(|i| draw(&logits, &p, 7, &vec![0; i]).token).collect();
         assert_eq!(a, b);
-        assert!(
-            a.iter().any(|&t| t != a[0]),
-            "temperature 1.5 should vary: {a:?}"
-        );
+        assert!(a.iter().any(|&t| t != a[0]), "temperature 1.5 should vary: {a:?}");
         let k1 = params(|p| {
             p.temperature = 1.5;
             p.top_k = Some(1);
@@ -239,9 +226,7 @@ mod tests {
             p.temperature = 0.0;
             p.logprobs = Some(2);
         });
-        let lp = draw(&[1.0, 3.0, 2.0], &p, 0, &[])
-            .logprobs
-            .expect("requested");
+        let lp = draw(&[1.0, 3.0, 2.0], &p, 0, &[]).logprobs.expect("requested");
         let total: f32 = [1.0f32, 3.0, 2.0].iter().map(|l| (l - 3.0f32).exp()).sum();
         assert!((lp.logprob - (-(total.ln()))).abs() < 1e-5);
         assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2]);

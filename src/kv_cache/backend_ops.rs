@@ -16,19 +16,11 @@ pub trait KvCacheOps: Backend {
     ///
     /// # Shapes
     /// - cache: `[slots, width]`, rows: `[tokens, width]`
-    fn write_rows(
-        cache: Tensor<Self, 2>,
-        runs: &[SlotRun],
-        rows: Tensor<Self, 2>,
-    ) -> Tensor<Self, 2>;
+    fn write_rows(cache: Tensor<Self, 2>, runs: &[SlotRun], rows: Tensor<Self, 2>) -> Tensor<Self, 2>;
 }
 
 /// The portable path: one `slice_assign` per run.
-pub fn write_rows_sliced<B: Backend>(
-    mut cache: Tensor<B, 2>,
-    runs: &[SlotRun],
-    rows: Tensor<B, 2>,
-) -> Tensor<B, 2> {
+pub fn write_rows_sliced<B: Backend>(mut cache: Tensor<B, 2>, runs: &[SlotRun], rows: Tensor<B, 2>) -> Tensor<B, 2> {
     for run in runs {
         let src = run.token_row..run.token_row + run.len;
         let dst = run.first_slot..run.first_slot + run.len;
@@ -39,21 +31,13 @@ pub fn write_rows_sliced<B: Backend>(
 
 #[cfg(feature = "cuda")]
 impl KvCacheOps for burn::backend::Cuda {
-    fn write_rows(
-        cache: Tensor<Self, 2>,
-        runs: &[SlotRun],
-        rows: Tensor<Self, 2>,
-    ) -> Tensor<Self, 2> {
+    fn write_rows(cache: Tensor<Self, 2>, runs: &[SlotRun], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
         write_rows_sliced(cache, runs, rows)
     }
 }
 
 impl KvCacheOps for burn::backend::Flex {
-    fn write_rows(
-        cache: Tensor<Self, 2>,
-        runs: &[SlotRun],
-        rows: Tensor<Self, 2>,
-    ) -> Tensor<Self, 2> {
+    fn write_rows(cache: Tensor<Self, 2>, runs: &[SlotRun], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
         use burn::tensor::TensorPrimitive;
         let [_, width] = cache.dims();
         let Ok(src) = rows.clone().into_data().into_vec::<f32>() else {
@@ -73,11 +57,7 @@ impl KvCacheOps for burn::backend::Flex {
                 }
                 Tensor::from_primitive(TensorPrimitive::Float(primitive))
             }
-            _ => write_rows_sliced(
-                Tensor::from_primitive(TensorPrimitive::Float(primitive)),
-                runs,
-                rows,
-            ),
+            _ => write_rows_sliced(Tensor::from_primitive(TensorPrimitive::Float(primitive)), runs, rows),
         }
     }
 }

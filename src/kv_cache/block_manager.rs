@@ -51,10 +51,7 @@ impl BlockManager {
             return None;
         }
         let new: Vec<u32> = self.free.drain(..need).collect();
-        self.tables
-            .entry(id.clone())
-            .or_default()
-            .extend_from_slice(&new);
+        self.tables.entry(id.clone()).or_default().extend_from_slice(&new);
         Some(new)
     }
 
@@ -112,10 +109,7 @@ mod tests {
         for id in &ids {
             bm.allocate_slots(id, 7).expect("fits");
         }
-        let mut all: Vec<u32> = ids
-            .iter()
-            .flat_map(|id| bm.block_table(id).to_vec())
-            .collect();
+        let mut all: Vec<u32> = ids.iter().flat_map(|id| bm.block_table(id).to_vec()).collect();
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 8);

@@ -101,13 +101,7 @@ impl<B: KvCacheOps> PagedKvCache<B> {
     ///
     /// # Shapes
     /// - k_new, v_new: `[tokens, kv_dim]`
-    pub fn write(
-        &mut self,
-        layer: usize,
-        runs: &[SlotRun],
-        k_new: Tensor<B, 2>,
-        v_new: Tensor<B, 2>,
-    ) {
+    pub fn write(&mut self, layer: usize, runs: &[SlotRun], k_new: Tensor<B, 2>, v_new: Tensor<B, 2>) {
         let cache = &mut self.layers[layer];
         let k = cache.k.take().expect("layer K cache present between steps");
         let v = cache.v.take().expect("layer V cache present between steps");
@@ -124,10 +118,7 @@ impl<B: KvCacheOps> PagedKvCache<B> {
         let cache = &self.layers[layer];
         let k = cache.k.as_ref().expect("layer K cache present");
         let v = cache.v.as_ref().expect("layer V cache present");
-        (
-            k.clone().select(0, slots.clone()),
-            v.clone().select(0, slots),
-        )
+        (k.clone().select(0, slots.clone()), v.clone().select(0, slots))
     }
 
     /// Copies whole blocks out to host memory (swap out): per layer, K then V.
@@ -151,10 +142,7 @@ impl<B: KvCacheOps> PagedKvCache<B> {
             let base = layer * 2 * per_tensor;
             let to_tensor = |offset: usize| {
                 Tensor::<B, 2>::from_data(
-                    TensorData::new(
-                        data[offset..offset + per_tensor].to_vec(),
-                        [blocks.len() * bs, kv_dim],
-                    ),
+                    TensorData::new(data[offset..offset + per_tensor].to_vec(), [blocks.len() * bs, kv_dim]),
                     &self.device,
                 )
             };

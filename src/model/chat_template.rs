@@ -109,10 +109,7 @@ impl ChatTemplate {
                 .and_then(|id| tokens.get(id as usize)?.as_str())
                 .unwrap_or("")
         };
-        let (bos, eos) = (
-            text("tokenizer.ggml.bos_token_id"),
-            text("tokenizer.ggml.eos_token_id"),
-        );
+        let (bos, eos) = (text("tokenizer.ggml.bos_token_id"), text("tokenizer.ggml.eos_token_id"));
         match gguf.get_str("tokenizer.chat_template") {
             Some(source) => Self::new(source, bos, eos),
             None => {
@@ -122,11 +119,7 @@ impl ChatTemplate {
         }
     }
 
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-    ) -> Result<String, ChatTemplateError> {
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatTemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -198,8 +191,7 @@ fn tojson(value: Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value, 
             value.serialize(&mut ser).map_err(to_err)?;
         }
     }
-    let json = String::from_utf8(out)
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let json = String::from_utf8(out).map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     Ok(Value::from_safe_string(json))
 }
 
@@ -207,34 +199,15 @@ fn tojson(value: Value, indent: Option<usize>, kwargs: Kwargs) -> Result<Value, 
 struct PythonFormatter;
 
 impl serde_json::ser::Formatter for PythonFormatter {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { writer.write_all(b", ") }
     }
 
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { writer.write_all(b", ") }
     }
 
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-    ) -> std::io::Result<()> {
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
         writer.write_all(b": ")
     }
 }

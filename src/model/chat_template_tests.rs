@@ -18,15 +18,10 @@ fn user(content: &str) -> Vec<ChatMessage> {
 #[test]
 fn smollm2_template_matches_expected_prompt() {
     let t = ChatTemplate::new(SMOLLM2_TEMPLATE, "<|im_start|>", "<|im_end|>").expect("compile");
-    let text = t
-        .render(&user("What is the capital of France?"), true)
-        .expect("render");
+    let text = t.render(&user("What is the capital of France?"), true).expect("render");
     assert_eq!(text, CHAT_CAPITAL);
     // An explicit system message replaces the default one; no generation prompt.
-    let msgs = [
-        ChatMessage::new("system", "Be brief."),
-        ChatMessage::new("user", "Hi"),
-    ];
+    let msgs = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi")];
     assert_eq!(
         t.render(&msgs, false).expect("render"),
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
@@ -59,24 +54,16 @@ fn gguf_template_is_used() {
         return;
     }
     let gguf = GgufFile::open(Path::new(SMOLLM2)).expect("open");
-    assert_eq!(
-        gguf.get_str("tokenizer.chat_template"),
-        Some(SMOLLM2_TEMPLATE)
-    );
+    assert_eq!(gguf.get_str("tokenizer.chat_template"), Some(SMOLLM2_TEMPLATE));
     let t = ChatTemplate::from_gguf(&gguf).expect("template");
-    let text = t
-        .render(&user("What is the capital of France?"), true)
-        .expect("render");
+    let text = t.render(&user("What is the capital of France?"), true).expect("render");
     assert_eq!(text, CHAT_CAPITAL);
 }
 
 #[test]
 fn chatml_fallback() {
     let t = ChatTemplate::chatml("", "<|im_end|>");
-    let msgs = [
-        ChatMessage::new("system", "S"),
-        ChatMessage::new("user", "U"),
-    ];
+    let msgs = [ChatMessage::new("system", "S"), ChatMessage::new("user", "U")];
     assert_eq!(
         t.render(&msgs, true).expect("render"),
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
@@ -92,8 +79,7 @@ fn raise_exception_reports_the_templates_message() {
         Err(ChatTemplateError::Raised("Roles must alternate!".into()))
     );
     assert_eq!(
-        t.render(&[ChatMessage::new("system", "s")], true)
-            .expect("render"),
+        t.render(&[ChatMessage::new("system", "s")], true).expect("render"),
         "ok"
     );
 }
@@ -110,10 +96,7 @@ fn syntax_and_render_errors() {
 fn hf_whitespace_control_python_methods_and_variables() {
     let source = "{% for m in messages %}\n  {% if m.role == 'user' %}\n  [{{ m.content.strip() }}]\n  {% endif %}\n{% endfor %}\n{{ bos_token }}|{{ eos_token }}\n";
     let t = ChatTemplate::new(source, "<s>", "</s>").expect("compile");
-    let msgs = [
-        ChatMessage::new("user", "  hi  "),
-        ChatMessage::new("assistant", "x"),
-    ];
+    let msgs = [ChatMessage::new("user", "  hi  "), ChatMessage::new("assistant", "x")];
     // jinja2 gives "  [hi]\n<s>|</s>" (the final newline is dropped, keep_trailing_newline=False).
     assert_eq!(t.render(&msgs, false).expect("render"), "  [hi]\n<s>|</s>");
 }

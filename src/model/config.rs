@@ -79,9 +79,7 @@ impl From<&HfLlamaConfig> for LlamaConfig {
             num_layers: hf.num_hidden_layers,
             num_heads: hf.num_attention_heads,
             num_kv_heads,
-            head_dim: hf
-                .head_dim
-                .unwrap_or(hf.hidden_size / hf.num_attention_heads),
+            head_dim: hf.head_dim.unwrap_or(hf.hidden_size / hf.num_attention_heads),
             rope_theta: hf.rope_theta,
             rms_norm_eps: hf.rms_norm_eps,
             max_position_embeddings: hf.max_position_embeddings,

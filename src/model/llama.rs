@@ -79,13 +79,9 @@ impl<B: KvCacheOps> Llama<B> {
             let context = seq.start_position + len;
             ids.extend(seq.token_ids.iter().map(|&t| t as i64));
             positions.extend((seq.start_position..context).map(|p| p as i64));
-            layout.write_runs.extend(slot_runs(
-                &seq.block_table,
-                block_size,
-                seq.start_position,
-                len,
-                row,
-            ));
+            layout
+                .write_runs
+                .extend(slot_runs(&seq.block_table, block_size, seq.start_position, len, row));
             let slots = context_slots(&seq.block_table, block_size, context);
             layout.sequences.push((row, len, self.int_tensor(slots)));
             if seq.wants_logits {
@@ -141,12 +137,7 @@ impl<B: KvCacheOps> Llama<B> {
             .iter()
             .map(|(row, len, slots)| {
                 let (k_ctx, v_ctx) = cache.gather(index, slots.clone());
-                causal_gqa(
-                    q.clone().narrow(0, *row, *len),
-                    k_ctx,
-                    v_ctx,
-                    c.num_kv_heads,
-                )
+                causal_gqa(q.clone().narrow(0, *row, *len), k_ctx, v_ctx, c.num_kv_heads)
             })
             .collect();
         let attn = if outputs.len() == 1 {

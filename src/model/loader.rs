@@ -39,10 +39,7 @@ pub fn open_model(path: &Path) -> Result<ModelFiles, ModelError> {
 
 fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
     let file = GgufFile::open(path)?;
-    let arch = file
-        .get_str("general.architecture")
-        .unwrap_or("llama")
-        .to_string();
+    let arch = file.get_str("general.architecture").unwrap_or("llama").to_string();
     if arch != "llama" {
         return Err(ModelError::Unsupported {
             path: path.to_path_buf(),
@@ -80,9 +77,7 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
         num_kv_heads,
         head_dim,
         rope_theta: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
-        rms_norm_eps: file
-            .get_f32(&key("attention.layer_norm_rms_epsilon"))
-            .unwrap_or(1e-5),
+        rms_norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
         max_position_embeddings: required("context_length")?,
         tie_word_embeddings: file.tensor_info("output.weight").is_none(),
     };
@@ -151,19 +146,12 @@ fn check_config(c: &LlamaConfig, path: &Path) -> Result<(), ModelError> {
             c.num_heads, c.num_kv_heads
         )));
     }
-    if c.head_dim == 0
-        || !c.head_dim.is_multiple_of(2)
-        || c.hidden_size == 0
-        || c.vocab_size == 0
-        || c.num_layers == 0
+    if c.head_dim == 0 || !c.head_dim.is_multiple_of(2) || c.hidden_size == 0 || c.vocab_size == 0 || c.num_layers == 0
     {
         return Err(bad(format!("implausible shape {c:?}")));
     }
     if c.max_position_embeddings == 0 || c.max_position_embeddings > 1 << 20 {
-        return Err(bad(format!(
-            "implausible context length {}",
-            c.max_position_embeddings
-        )));
+        return Err(bad(format!("implausible context length {}", c.max_position_embeddings)));
     }
     Ok(())
 }

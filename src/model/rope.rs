@@ -44,10 +44,7 @@ impl<B: Backend> RotaryEmbedding<B> {
         let cos = self.cos.clone().select(0, positions.clone());
         let sin = self.sin.clone().select(0, positions);
         let [tokens, half] = cos.dims();
-        (
-            cos.reshape([tokens, 1, half]),
-            sin.reshape([tokens, 1, half]),
-        )
+        (cos.reshape([tokens, 1, half]), sin.reshape([tokens, 1, half]))
     }
 
     /// Rotates queries or keys.

@@ -155,9 +155,7 @@ impl WeightSource for SafetensorsWeights {
                 .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
                 .collect(),
             other => {
-                return Err(invalid(format!(
-                    "tensor `{original}` has unsupported dtype {other:?}"
-                )));
+                return Err(invalid(format!("tensor `{original}` has unsupported dtype {other:?}")));
             }
         };
         Ok(Some(HostTensor {

@@ -35,17 +35,9 @@ pub enum TokenizerError {
     #[error("{path}: tokenizer model '{model}' is not supported (only 'gpt2' byte-level BPE)")]
     UnsupportedModel { path: PathBuf, model: String },
     #[error("{path}: tokenizer.ggml.merges[{index}] = {merge:?} is not two space-separated tokens")]
-    BadMerge {
-        path: PathBuf,
-        index: usize,
-        merge: String,
-    },
+    BadMerge { path: PathBuf, index: usize, merge: String },
     #[error("{path}: tokenizer.ggml.token_type has {types} entries but there are {tokens} tokens")]
-    TokenTypeLength {
-        path: PathBuf,
-        types: usize,
-        tokens: usize,
-    },
+    TokenTypeLength { path: PathBuf, types: usize, tokens: usize },
     #[error("{path}: cannot build tokenizer: {message}")]
     Build { path: PathBuf, message: String },
     #[error("{path}: cannot read {what}: {message}")]
@@ -181,16 +173,13 @@ pub struct SpecialTokens {
 impl SpecialTokens {
     /// From `tokenizer.ggml.{bos,eos}_token_id` and `add_bos_token` (default false).
     pub fn from_gguf(gguf: &GgufFile) -> SpecialTokens {
-        let tokens = gguf
-            .get_string_array("tokenizer.ggml.tokens")
-            .unwrap_or_default();
+        let tokens = gguf.get_string_array("tokenizer.ggml.tokens").unwrap_or_default();
         let text_of = |id: u32| tokens.get(id as usize).cloned();
         let id_of = |text: &str| tokens.iter().position(|t| t == text).map(|i| i as u32);
         Self::build(
             gguf.get_u32("tokenizer.ggml.bos_token_id"),
             gguf.get_u32("tokenizer.ggml.eos_token_id"),
-            gguf.get_bool("tokenizer.ggml.add_bos_token")
-                .unwrap_or(false),
+            gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
             text_of,
             id_of,
         )
@@ -209,9 +198,7 @@ impl SpecialTokens {
         let read = |name: &str| -> Option<serde_json::Value> {
             let text = std::fs::read_to_string(dir.join(name)).ok()?;
             serde_json::from_str(&text)
-                .inspect_err(
-                    |e| tracing::warn!(file = name, error = %e, "ignoring unparsable config"),
-                )
+                .inspect_err(|e| tracing::warn!(file = name, error = %e, "ignoring unparsable config"))
                 .ok()
         };
         let tok_config = read("tokenizer_config.json");
@@ -242,10 +229,7 @@ impl SpecialTokens {
             id_of,
         );
         // Multi-EOS models (Llama 3 instruct) list every stop id in config.json.
-        if let Some(ids) = config
-            .as_ref()
-            .and_then(|c| c.get("eos_token_id")?.as_array().cloned())
-        {
+        if let Some(ids) = config.as_ref().and_then(|c| c.get("eos_token_id")?.as_array().cloned()) {
             for id in ids.iter().filter_map(|v| v.as_u64()?.try_into().ok()) {
                 if !special.end_of_generation.contains(&id) {
                     special.end_of_generation.push(id);

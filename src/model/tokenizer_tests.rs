@@ -55,10 +55,7 @@ fn tiny_vocab_encodes_specials_merges_and_bytes() {
     expected.push(2);
     assert_eq!(ids, expected);
     assert_eq!(tok.decode(&ids, false).expect("decode"), text);
-    assert_eq!(
-        tok.decode(&ids, true).expect("decode"),
-        "user\n the hello 42é"
-    );
+    assert_eq!(tok.decode(&ids, true).expect("decode"), "user\n the hello 42é");
 }
 
 #[test]
@@ -83,18 +80,11 @@ fn unsupported_model_and_bad_merge_are_errors() {
     w.write_to(file.path()).expect("write");
     let gguf = GgufFile::open(file.path()).expect("open");
     let err = tokenizer_from_gguf(&gguf).expect_err("llama");
-    assert!(
-        err.to_string().contains("'llama' is not supported"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("'llama' is not supported"), "{err}");
 
     let (tokens, _, _) = tiny_test_vocab();
-    let err = build_bpe_tokenizer(Path::new("x"), &tokens, &["ab".into()], None, None)
-        .expect_err("merge");
-    assert!(
-        matches!(err, TokenizerError::BadMerge { index: 0, .. }),
-        "{err}"
-    );
+    let err = build_bpe_tokenizer(Path::new("x"), &tokens, &["ab".into()], None, None).expect_err("merge");
+    assert!(matches!(err, TokenizerError::BadMerge { index: 0, .. }), "{err}");
 }
 
 #[test]
@@ -102,18 +92,13 @@ fn hf_folder_round_trip() {
     let (_f, gguf) = tiny_gguf(2);
     let tok = tokenizer_from_gguf(&gguf).expect("tokenizer");
     let dir = tempfile::tempdir().expect("tempdir");
-    tok.save(dir.path().join("tokenizer.json"), false)
-        .expect("save");
+    tok.save(dir.path().join("tokenizer.json"), false).expect("save");
     std::fs::write(
         dir.path().join("tokenizer_config.json"),
         r#"{"bos_token": {"content": "<|im_start|>"}, "eos_token": "<|im_end|>", "add_bos_token": true}"#,
     )
     .expect("write");
-    std::fs::write(
-        dir.path().join("config.json"),
-        r#"{"eos_token_id": [2, 7]}"#,
-    )
-    .expect("write");
+    std::fs::write(dir.path().join("config.json"), r#"{"eos_token_id": [2, 7]}"#).expect("write");
     let loaded = load_tokenizer_json(&dir.path().join("tokenizer.json")).expect("load");
     let text = "<|im_start|>the 12<|im_end|>";
     assert_eq!(
@@ -153,9 +138,7 @@ fn smollm2_matches_reference_ids() {
         let text = case["text"].as_str().expect("text");
         let ids = tok.encode(text, false).expect("encode");
         assert_eq!(ids.get_ids(), ids_of(&case["prompt_ids"]), "case {name}");
-        let greedy = tok
-            .decode(&ids_of(&case["greedy_ids"]), false)
-            .expect("decode");
+        let greedy = tok.decode(&ids_of(&case["greedy_ids"]), false).expect("decode");
         assert_eq!(
             greedy,
             case["greedy_text"].as_str().expect("greedy_text"),

@@ -68,11 +68,7 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn layer<B: Backend>(
-        &self,
-        i: usize,
-        device: &B::Device,
-    ) -> Result<DecoderLayer<B>, ModelError> {
+    fn layer<B: Backend>(&self, i: usize, device: &B::Device) -> Result<DecoderLayer<B>, ModelError> {
         let c = self.config;
         let name = |part: &str| format!("blk.{i}.{part}.weight");
         let q_dim = c.num_heads * c.head_dim;
@@ -98,12 +94,10 @@ impl Loader<'_> {
     }
 
     fn required(&self, name: &str) -> Result<HostTensor, ModelError> {
-        self.source
-            .tensor(name)?
-            .ok_or_else(|| ModelError::MissingTensor {
-                path: self.path.clone(),
-                name: name.to_string(),
-            })
+        self.source.tensor(name)?.ok_or_else(|| ModelError::MissingTensor {
+            path: self.path.clone(),
+            name: name.to_string(),
+        })
     }
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<HostTensor, ModelError> {
@@ -111,13 +105,7 @@ impl Loader<'_> {
         self.check(name, t, rows, cols)
     }
 
-    fn check(
-        &self,
-        name: &str,
-        t: HostTensor,
-        rows: usize,
-        cols: usize,
-    ) -> Result<HostTensor, ModelError> {
+    fn check(&self, name: &str, t: HostTensor, rows: usize, cols: usize) -> Result<HostTensor, ModelError> {
         if t.shape != [rows, cols] {
             return Err(ModelError::ShapeMismatch {
                 path: self.path.clone(),
@@ -155,8 +143,7 @@ pub fn unpermute_rows(t: &HostTensor, heads: usize) -> HostTensor {
             for parity in 0..2 {
                 let src = h * head_dim + 2 * j + parity;
                 let dst = h * head_dim + parity * half + j;
-                data[dst * cols..(dst + 1) * cols]
-                    .copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
+                data[dst * cols..(dst + 1) * cols].copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
             }
         }
     }
@@ -225,8 +212,7 @@ mod tests {
                 for j in 0..half {
                     let src = h * head_dim + t * half + j;
                     let dst = h * head_dim + 2 * j + t;
-                    gguf[dst * cols..(dst + 1) * cols]
-                        .copy_from_slice(&hf[src * cols..(src + 1) * cols]);
+                    gguf[dst * cols..(dst + 1) * cols].copy_from_slice(&hf[src * cols..(src + 1) * cols]);
                 }
             }
         }

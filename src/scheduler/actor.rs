@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, WrapFuture,
-};
+use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, WrapFuture};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::policy::{Scheduler, StepResult};
@@ -29,11 +27,7 @@ pub struct SchedulerActor {
 }
 
 impl SchedulerActor {
-    pub fn new(
-        scheduler: Scheduler,
-        executor: Recipient<ExecuteBatch>,
-        stats: Addr<StatsActor>,
-    ) -> Self {
+    pub fn new(scheduler: Scheduler, executor: Recipient<ExecuteBatch>, stats: Addr<StatsActor>) -> Self {
         Self {
             scheduler,
             executor,

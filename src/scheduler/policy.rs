@@ -109,11 +109,7 @@ impl Scheduler {
             let num_new = (self.running[i].total_len() - self.running[i].num_computed).min(budget);
             let target = self.running[i].num_computed + num_new;
             let mut fits = true;
-            while self
-                .blocks
-                .allocate_slots(&self.running[i].id, target)
-                .is_none()
-            {
+            while self.blocks.allocate_slots(&self.running[i].id, target).is_none() {
                 let victim = self.running.len() - 1;
                 self.preempt_by_recompute(victim);
                 preempted = true;
@@ -164,8 +160,7 @@ impl Scheduler {
             sample: request.num_computed + num_new == request.total_len(),
             params: Arc::clone(params),
             output_token_ids: request.output.clone(),
-            prompt_token_ids: (params.repetition_penalty != 1.0)
-                .then(|| Arc::clone(&request.prompt)),
+            prompt_token_ids: (params.repetition_penalty != 1.0).then(|| Arc::clone(&request.prompt)),
         }
     }
 
@@ -182,12 +177,7 @@ impl Scheduler {
 
     /// Applies the executor's output for `batch`: advances every sequence, appends sampled
     /// tokens, finishes requests that hit a stop condition and frees their blocks.
-    pub fn update_from_output(
-        &mut self,
-        batch: &SchedulerOutput,
-        output: ModelOutput,
-        now: Instant,
-    ) -> StepResult {
+    pub fn update_from_output(&mut self, batch: &SchedulerOutput, output: ModelOutput, now: Instant) -> StepResult {
         let mut result = StepResult::default();
         let mut iteration = std::mem::take(&mut self.pending);
         iteration.num_batched_tokens += batch.num_tokens() as u64;
@@ -241,14 +231,10 @@ impl Scheduler {
     fn stop_reason(&self, index: usize, token: u32) -> Option<FinishReason> {
         let request = &self.running[index];
         let params = &request.params;
-        if (!params.ignore_eos && self.end_of_generation.contains(&token))
-            || params.stop_token_ids.contains(&token)
-        {
+        if (!params.ignore_eos && self.end_of_generation.contains(&token)) || params.stop_token_ids.contains(&token) {
             return Some(FinishReason::Stop);
         }
-        if request.output.len() >= params.max_tokens as usize
-            || request.total_len() >= self.config.max_model_len
-        {
+        if request.output.len() >= params.max_tokens as usize || request.total_len() >= self.config.max_model_len {
             return Some(FinishReason::Length);
         }
         None
@@ -298,12 +284,7 @@ impl Scheduler {
 
     /// Ends a request wherever it is and frees its blocks. Returns its final event, or
     /// `None` when the id is unknown (already finished).
-    pub fn abort(
-        &mut self,
-        id: &RequestId,
-        reason: AbortReason,
-        now: Instant,
-    ) -> Option<TokenEvent> {
+    pub fn abort(&mut self, id: &RequestId, reason: AbortReason, now: Instant) -> Option<TokenEvent> {
         let finish_reason = match reason {
             AbortReason::ClientGone => FinishReason::Abort,
             AbortReason::StopString => FinishReason::Stop,
@@ -325,14 +306,8 @@ impl Scheduler {
         let mut result = StepResult::default();
         let mut iteration = std::mem::take(&mut self.pending);
         while !self.running.is_empty() {
-            let (id, _, stats) =
-                self.finish_running(0, FinishReason::Error, Some(error.error_type()), now);
-            result.events.push((
-                id,
-                TokenEvent::Failed {
-                    error: error.clone(),
-                },
-            ));
+            let (id, _, stats) = self.finish_running(0, FinishReason::Error, Some(error.error_type()), now);
+            result.events.push((id, TokenEvent::Failed { error: error.clone() }));
             iteration.finished.push(stats);
         }
         result.iteration_stats = iteration;

@@ -79,12 +79,7 @@ fn requests_finish_by_length_and_free_their_blocks() {
     for i in 0..5 {
         let e = &events[&format!("r{i}")];
         assert_eq!(finish_reason(e), FinishReason::Length);
-        assert_eq!(
-            e.iter()
-                .filter(|e| matches!(e, TokenEvent::Token { .. }))
-                .count(),
-            7
-        );
+        assert_eq!(e.iter().filter(|e| matches!(e, TokenEvent::Token { .. })).count(), 7);
     }
     assert_eq!(s.num_block_owners(), 0);
     assert_eq!(s.make_stats().kv_cache_usage, 0.0);
@@ -112,8 +107,7 @@ fn eos_stops_unless_ignored() {
 #[test]
 fn long_prompts_are_prefilled_in_chunks_within_the_token_budget() {
     let mut s = Scheduler::new(config(64), vec![EOS]);
-    s.add(request("long", 150, 2), Instant::now())
-        .expect("admitted");
+    s.add(request("long", 150, 2), Instant::now()).expect("admitted");
     let first = s.schedule(Instant::now());
     assert_eq!(first.num_tokens(), 64);
     assert!(!first.sequences[0].sample);
@@ -144,10 +138,7 @@ fn running_out_of_blocks_preempts_the_newest_and_everything_still_finishes() {
             events.entry(id).or_default().push(e);
         }
     }
-    assert!(
-        preemptions > 0,
-        "the cache is too small for all four at once"
-    );
+    assert!(preemptions > 0, "the cache is too small for all four at once");
     for i in 0..4 {
         let e = &events[&format!("r{i}")];
         assert_eq!(finish_reason(e), FinishReason::Length);
@@ -185,10 +176,8 @@ fn admission_refuses_a_full_queue_and_a_prompt_that_never_fits() {
 #[test]
 fn aborts_free_blocks_and_report_the_reason() {
     let mut s = Scheduler::new(config(64), vec![EOS]);
-    s.add(request("a", 10, 100), Instant::now())
-        .expect("admitted");
-    s.add(request("b", 10, 100), Instant::now())
-        .expect("admitted");
+    s.add(request("a", 10, 100), Instant::now()).expect("admitted");
+    s.add(request("b", 10, 100), Instant::now()).expect("admitted");
     let batch = s.schedule(Instant::now());
     assert_eq!(s.num_block_owners(), 2);
     let gone = s.abort(&"a".to_string(), AbortReason::ClientGone, Instant::now());
@@ -223,18 +212,12 @@ fn aborts_free_blocks_and_report_the_reason() {
 #[test]
 fn a_failed_batch_fails_every_running_request_once() {
     let mut s = Scheduler::new(config(64), vec![EOS]);
-    s.add(request("a", 5, 10), Instant::now())
-        .expect("admitted");
-    s.add(request("b", 5, 10), Instant::now())
-        .expect("admitted");
+    s.add(request("a", 5, 10), Instant::now()).expect("admitted");
+    s.add(request("b", 5, 10), Instant::now()).expect("admitted");
     let _ = s.schedule(Instant::now());
     let step = s.fail_running(&EngineError::Executor("boom".into()), Instant::now());
     assert_eq!(step.events.len(), 2);
-    assert!(
-        step.events
-            .iter()
-            .all(|(_, e)| matches!(e, TokenEvent::Failed { .. }))
-    );
+    assert!(step.events.iter().all(|(_, e)| matches!(e, TokenEvent::Failed { .. })));
     assert!(
         step.iteration_stats
             .finished
@@ -257,17 +240,14 @@ fn random_simulation_finishes_every_request_exactly_once() {
     let mut admitted = Vec::new();
     let total = 2000;
     let mut next = 0;
-    let record =
-        |id: String, e: TokenEvent, finished: &mut HashMap<String, (FinishReason, usize)>| {
-            if let TokenEvent::Finished { reason, usage, .. } = e {
-                assert!(
-                    finished
-                        .insert(id.clone(), (reason, usage.completion_tokens))
-                        .is_none(),
-                    "{id} finished twice"
-                );
-            }
-        };
+    let record = |id: String, e: TokenEvent, finished: &mut HashMap<String, (FinishReason, usize)>| {
+        if let TokenEvent::Finished { reason, usage, .. } = e {
+            assert!(
+                finished.insert(id.clone(), (reason, usage.completion_tokens)).is_none(),
+                "{id} finished twice"
+            );
+        }
+    };
     let now = Instant::now();
     let mut clock = 0u64;
     while next < total || s.has_work() {

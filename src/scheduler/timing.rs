@@ -33,22 +33,14 @@ impl RequestTimestamps {
             // time to first token = first_token − arrival
             time_to_first_token_s: self.first_token.map(|f| secs(f, self.arrival)),
             // prefill = first_token − scheduled
-            prefill_s: self
-                .first_token
-                .zip(self.scheduled)
-                .map(|(f, s)| secs(f, s)),
+            prefill_s: self.first_token.zip(self.scheduled).map(|(f, s)| secs(f, s)),
             // decode = last_token − first_token
-            decode_s: self
-                .last_token
-                .zip(self.first_token)
-                .map(|(l, f)| secs(l, f)),
+            decode_s: self.last_token.zip(self.first_token).map(|(l, f)| secs(l, f)),
             // inference = last_token − scheduled
             inference_s: self.last_token.zip(self.scheduled).map(|(l, s)| secs(l, s)),
             // time per output token = (last_token − first_token) / (generated − 1)
             time_per_output_token_s: match (self.last_token, self.first_token) {
-                (Some(l), Some(f)) if generated_tokens > 1 => {
-                    Some(secs(l, f) / (generated_tokens - 1) as f64)
-                }
+                (Some(l), Some(f)) if generated_tokens > 1 => Some(secs(l, f) / (generated_tokens - 1) as f64),
                 _ => None,
             },
         }

@@ -101,8 +101,7 @@ impl StatsActor {
         let report = self.throughput.tick(now);
         if let Some(i) = &self.instruments {
             let e = &i.engine;
-            e.avg_prompt_throughput
-                .record(report.prompt_toks_per_s, &i.model);
+            e.avg_prompt_throughput.record(report.prompt_toks_per_s, &i.model);
             e.avg_generation_throughput
                 .record(report.generation_toks_per_s, &i.model);
         }
@@ -211,9 +210,7 @@ impl Instruments {
                 .add(0, &[self.model[0].clone(), KeyValue::new("reason", reason)]);
         }
         self.engine.avg_prompt_throughput.record(0.0, &self.model);
-        self.engine
-            .avg_generation_throughput
-            .record(0.0, &self.model);
+        self.engine.avg_generation_throughput.record(0.0, &self.model);
     }
 
     fn record_step(&self, s: &SchedulerStats, it: &IterationStats) {
@@ -251,8 +248,7 @@ impl Instruments {
         let e = &self.engine;
         let m = &self.model;
         let iv = &f.intervals;
-        e.request_success
-            .add(1, &self.by_reason[reason_index(f.finish_reason)]);
+        e.request_success.add(1, &self.by_reason[reason_index(f.finish_reason)]);
         e.e2e_request_latency.record(iv.e2e_s, m);
         let optional = [
             (&e.request_queue_time, iv.queue_s),
@@ -306,10 +302,7 @@ impl Instruments {
             attrs.push(KeyValue::new("http.route", route.clone()));
         }
         if let Some(status) = r.status {
-            attrs.push(KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            ));
+            attrs.push(KeyValue::new("http.response.status_code", i64::from(status)));
         }
         if let Some(t) = &r.error_type {
             attrs.push(KeyValue::new("error.type", t.clone()));
@@ -381,18 +374,9 @@ mod tests {
         let v = |name: &str, labels: &[(&str, &str)]| value(&text, name, labels);
 
         assert_eq!(v("vllm:e2e_request_latency_seconds_count", &[]), Some(3.0));
-        for (reason, n) in [
-            ("stop", 1.0),
-            ("length", 1.0),
-            ("error", 1.0),
-            ("abort", 0.0),
-        ] {
+        for (reason, n) in [("stop", 1.0), ("length", 1.0), ("error", 1.0), ("abort", 0.0)] {
             let labels = [("finished_reason", reason), ("model_name", "smollm2")];
-            assert_eq!(
-                v("vllm:request_success_total", &labels),
-                Some(n),
-                "{reason}"
-            );
+            assert_eq!(v("vllm:request_success_total", &labels), Some(n), "{reason}");
         }
         // Invariants of METRICS.md.
         assert_eq!(v("vllm:request_generation_tokens_sum", &[]), Some(12.0));
@@ -402,10 +386,7 @@ mod tests {
         // The failed request never reached its first token: no interval after queueing.
         assert_eq!(v("vllm:request_queue_time_seconds_count", &[]), Some(3.0));
         assert_eq!(v("vllm:request_decode_time_seconds_count", &[]), Some(2.0));
-        assert_eq!(
-            v("vllm:request_time_per_output_token_seconds_count", &[]),
-            Some(2.0)
-        );
+        assert_eq!(v("vllm:request_time_per_output_token_seconds_count", &[]), Some(2.0));
         assert_eq!(v("vllm:time_to_first_token_seconds_count", &[]), Some(2.0));
         assert_eq!(v("vllm:inter_token_latency_seconds_count", &[]), Some(9.0));
         assert_eq!(v("vllm:iteration_tokens_total_count", &[]), Some(1.0));
@@ -413,11 +394,7 @@ mod tests {
         assert_eq!(v("vllm:prefix_cache_hits_total", &[]), Some(12.0));
         assert_eq!(v("vllm:num_preemptions_total", &[]), Some(1.0));
         // Gauges follow the last step: idle again.
-        for g in [
-            "num_requests_running",
-            "num_requests_waiting",
-            "num_requests_swapped",
-        ] {
+        for g in ["num_requests_running", "num_requests_waiting", "num_requests_swapped"] {
             assert_eq!(v(&format!("vllm:{g}"), &[]), Some(0.0), "{g}");
         }
         assert_eq!(v("vllm:kv_cache_usage_perc", &[]), Some(0.0));
@@ -430,14 +407,8 @@ mod tests {
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
             .sum();
         assert_eq!(ok, 2.0);
-        assert_eq!(
-            v("gen_ai_server_time_to_first_token_seconds_count", &[]),
-            Some(2.0)
-        );
-        assert_eq!(
-            v("gen_ai_server_time_per_output_token_seconds_count", &[]),
-            Some(2.0)
-        );
+        assert_eq!(v("gen_ai_server_time_to_first_token_seconds_count", &[]), Some(2.0));
+        assert_eq!(v("gen_ai_server_time_per_output_token_seconds_count", &[]), Some(2.0));
     }
 
     #[actix::test]
@@ -456,16 +427,9 @@ mod tests {
     async fn admission_rejections_by_reason() {
         let t = build_telemetry(&config("vllm:")).unwrap();
         let stats = StatsActor::new(t.instruments.clone(), quiet()).start();
-        stats.do_send(AdmissionRejected {
-            reason: "queue_full",
-        });
-        stats.do_send(AdmissionRejected {
-            reason: "queue_full",
-        });
-        stats
-            .send(AdmissionRejected { reason: "too_long" })
-            .await
-            .unwrap();
+        stats.do_send(AdmissionRejected { reason: "queue_full" });
+        stats.do_send(AdmissionRejected { reason: "queue_full" });
+        stats.send(AdmissionRejected { reason: "too_long" }).await.unwrap();
         let text = render_metrics(&t.registry).unwrap();
         let name = "vllm:admission_rejections_total";
         assert_eq!(value(&text, name, &[("reason", "queue_full")]), Some(2.0));
@@ -483,10 +447,7 @@ mod tests {
         let report = actor.log_tick(start + Duration::from_secs(2));
         assert_eq!(report.prompt_toks_per_s, 9.0);
         let text = render_metrics(&t.registry).unwrap();
-        assert_eq!(
-            value(&text, "vllm:avg_prompt_throughput_toks_per_s", &[]),
-            Some(9.0)
-        );
+        assert_eq!(value(&text, "vllm:avg_prompt_throughput_toks_per_s", &[]), Some(9.0));
         assert_eq!(
             value(&text, "vllm:avg_generation_throughput_toks_per_s", &[]),
             Some(6.0)
@@ -512,14 +473,8 @@ mod tests {
         let t = build_telemetry(&cfg).unwrap();
         let stats = StatsActor::new(t.instruments.clone(), StatsActorConfig::default()).start();
         stats.send(step_with_three_finished()).await.unwrap();
-        stats
-            .send(AdmissionRejected { reason: "too_long" })
-            .await
-            .unwrap();
-        stats
-            .send(HttpRequestStarted { method: "GET" })
-            .await
-            .unwrap();
+        stats.send(AdmissionRejected { reason: "too_long" }).await.unwrap();
+        stats.send(HttpRequestStarted { method: "GET" }).await.unwrap();
         assert_eq!(render_metrics(&t.registry).unwrap(), "");
     }
 }

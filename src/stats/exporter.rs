@@ -71,9 +71,7 @@ impl Default for TelemetryConfig {
 pub enum TelemetryError {
     #[error(transparent)]
     Buckets(#[from] BucketError),
-    #[error(
-        "telemetry.engine_prefix {prefix:?} is not a Prometheus name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)"
-    )]
+    #[error("telemetry.engine_prefix {prefix:?} is not a Prometheus name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)")]
     Prefix { prefix: String },
     #[error("telemetry.model_name must not be empty")]
     ModelName,
@@ -136,9 +134,7 @@ pub fn build_telemetry_with_readers(
         .build()
         .map_err(TelemetryError::Exporter)?;
     #[cfg(target_os = "linux")]
-    registry.register(Box::new(
-        prometheus::process_collector::ProcessCollector::for_self(),
-    ))?;
+    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
 
     let mut builder = SdkMeterProvider::builder()
         .with_resource(resource(cfg))
@@ -179,9 +175,10 @@ pub fn render_metrics(registry: &Registry) -> Result<String, TelemetryError> {
 fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
     cfg.buckets.validate()?;
     let p = &cfg.engine_prefix;
-    let ok = p.chars().enumerate().all(|(i, c)| {
-        c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
-    });
+    let ok = p
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()));
     if !ok {
         return Err(TelemetryError::Prefix { prefix: p.clone() });
     }
@@ -207,10 +204,7 @@ fn resource(cfg: &TelemetryConfig) -> Resource {
             KeyValue::new("service.instance.id", instance_id),
         ])
         .with_detector(Box::new(EnvResourceDetector::new()));
-    if let Some(name) = std::env::var("OTEL_SERVICE_NAME")
-        .ok()
-        .filter(|s| !s.is_empty())
-    {
+    if let Some(name) = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()) {
         builder = builder.with_service_name(name);
     }
     builder.build()
@@ -232,10 +226,7 @@ fn record_cache_config(instruments: &Instruments, info: &CacheConfigInfo) {
             KeyValue::new("block_size", info.block_size.to_string()),
             KeyValue::new("num_gpu_blocks", info.num_gpu_blocks.to_string()),
             KeyValue::new("num_cpu_blocks", info.num_cpu_blocks.to_string()),
-            KeyValue::new(
-                "enable_prefix_caching",
-                info.enable_prefix_caching.to_string(),
-            ),
+            KeyValue::new("enable_prefix_caching", info.enable_prefix_caching.to_string()),
         ],
     );
 }
@@ -304,11 +295,7 @@ pub(crate) mod test_support {
     pub(crate) fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let matching: Vec<f64> = samples(text, name)
             .into_iter()
-            .filter(|l| {
-                labels
-                    .iter()
-                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-            })
+            .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
             .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
             .collect();
         assert!(matching.len() <= 1, "{name} {labels:?} is ambiguous");
@@ -412,11 +399,7 @@ mod tests {
     fn every_engine_metric_renders_with_its_type_and_model_label() {
         for prefix in ["vllm:", "kiln_"] {
             let text = render_after_busy_step(prefix);
-            let families = [
-                (GAUGES, "gauge"),
-                (COUNTERS, "counter"),
-                (HISTOGRAMS, "histogram"),
-            ];
+            let families = [(GAUGES, "gauge"), (COUNTERS, "counter"), (HISTOGRAMS, "histogram")];
             for (names, kind) in families {
                 for name in names {
                     let full = crate::stats::instruments::engine_metric_name(prefix, name);
@@ -445,11 +428,7 @@ mod tests {
     fn colon_names_survive_exactly() {
         let text = render_after_busy_step("vllm:");
         assert_eq!(
-            value(
-                &text,
-                "vllm:num_requests_running",
-                &[("model_name", "smollm2")]
-            ),
+            value(&text, "vllm:num_requests_running", &[("model_name", "smollm2")]),
             Some(2.0)
         );
         assert_eq!(value(&text, "vllm:kv_cache_usage_perc", &[]), Some(0.5));
@@ -487,19 +466,12 @@ mod tests {
             concat!("service_version=\"", env!("CARGO_PKG_VERSION"), "\""),
             "service_instance_id=\"instance-1\"",
         ] {
-            assert!(
-                target[0].contains(label),
-                "{label} missing in {}",
-                target[0]
-            );
+            assert!(target[0].contains(label), "{label} missing in {}", target[0]);
         }
         assert!(text.contains("# TYPE process_resident_memory_bytes gauge"));
         assert!(text.contains("# TYPE process_cpu_seconds_total counter"));
         let genai = "gen_ai_server_request_duration_seconds_count";
-        let labels = [
-            ("gen_ai_operation_name", "chat"),
-            ("gen_ai_provider_name", "kiln"),
-        ];
+        let labels = [("gen_ai_operation_name", "chat"), ("gen_ai_provider_name", "kiln")];
         assert_eq!(value(&text, genai, &labels), Some(1.0));
         assert!(text.contains("# TYPE gen_ai_server_time_to_first_token_seconds histogram"));
         assert!(text.contains("# TYPE gen_ai_server_time_per_output_token_seconds histogram"));
@@ -512,16 +484,10 @@ mod tests {
         assert_eq!(value(&text, "vllm:num_requests_waiting", &[]), Some(0.0));
         for reason in ["stop", "length", "abort", "error"] {
             let labels = [("finished_reason", reason)];
-            assert_eq!(
-                value(&text, "vllm:request_success_total", &labels),
-                Some(0.0)
-            );
+            assert_eq!(value(&text, "vllm:request_success_total", &labels), Some(0.0));
         }
         let labels = [("reason", "queue_full")];
-        assert_eq!(
-            value(&text, "vllm:admission_rejections_total", &labels),
-            Some(0.0)
-        );
+        assert_eq!(value(&text, "vllm:admission_rejections_total", &labels), Some(0.0));
     }
 
     #[test]
@@ -543,10 +509,7 @@ mod tests {
         let mut cfg = config("kiln_");
         cfg.buckets.ttft = vec![1.0, 1.0];
         let err = build_telemetry(&cfg).err().unwrap();
-        assert_eq!(
-            err.to_string(),
-            "telemetry.buckets.ttft is not strictly increasing"
-        );
+        assert_eq!(err.to_string(), "telemetry.buckets.ttft is not strictly increasing");
     }
 
     /// A reader the test can still collect from after handing it to the provider.
@@ -574,18 +537,14 @@ mod tests {
     #[test]
     fn push_readers_see_the_same_instruments() {
         let shared = SharedReader(Arc::new(ManualReader::builder().build()));
-        let t =
-            build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
+        let t = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
         let mut rm = ResourceMetrics::default();
         shared.collect(&mut rm).unwrap();
         let names: Vec<String> = rm
             .scope_metrics()
             .flat_map(|s| s.metrics().map(|m| m.name().to_owned()))
             .collect();
-        assert!(
-            names.iter().any(|n| n == "vllm:num_requests_running"),
-            "{names:?}"
-        );
+        assert!(names.iter().any(|n| n == "vllm:num_requests_running"), "{names:?}");
         t.shutdown().unwrap();
     }
 }

@@ -96,11 +96,7 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let mut in_flight = InFlight::start(
-            self.stats.clone(),
-            normalise_method(req.method()),
-            content_length(&req),
-        );
+        let mut in_flight = InFlight::start(self.stats.clone(), normalise_method(req.method()), content_length(&req));
         let fut = self.service.call(req);
         Box::pin(async move {
             match fut.await {
@@ -185,9 +181,7 @@ impl InFlight {
             response_body_bytes: self.response_body_bytes,
             error_type,
         });
-        self.stats.do_send(HttpRequestFinished {
-            method: self.method,
-        });
+        self.stats.do_send(HttpRequestFinished { method: self.method });
     }
 }
 
@@ -221,10 +215,7 @@ impl MessageBody for MeteredBody {
         self.inner.size()
     }
 
-    fn poll_next(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Self::Error>>> {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_next(cx);
         match &polled {
@@ -259,14 +250,8 @@ mod tests {
     fn methods_are_normalised() {
         assert_eq!(normalise_method(&Method::GET), "GET");
         assert_eq!(normalise_method(&Method::PATCH), "PATCH");
-        assert_eq!(
-            normalise_method(&Method::from_bytes(b"FOO").unwrap()),
-            "_OTHER"
-        );
-        assert_eq!(
-            normalise_method(&Method::from_bytes(b"get").unwrap()),
-            "_OTHER"
-        );
+        assert_eq!(normalise_method(&Method::from_bytes(b"FOO").unwrap()), "_OTHER");
+        assert_eq!(normalise_method(&Method::from_bytes(b"get").unwrap()), "_OTHER");
     }
 
     #[test]
@@ -290,9 +275,8 @@ mod tests {
                     .wrap(HttpMetrics::new($stats.clone()))
                     .route(
                         "/v1/models/{id}",
-                        web::get().to(|id: web::Path<String>| async move {
-                            HttpResponse::Ok().body(format!("model {id}"))
-                        }),
+                        web::get()
+                            .to(|id: web::Path<String>| async move { HttpResponse::Ok().body(format!("model {id}")) }),
                     )
                     .route("/echo", web::post().to(|body: Bytes| async move { body }))
                     .route(
@@ -302,10 +286,8 @@ mod tests {
                     .route(
                         "/stream",
                         web::get().to(|| async {
-                            let chunks =
-                                ["data: a\n\n", "data: bb\n\n", "data: [DONE]\n\n"].map(|c| {
-                                    Ok::<_, actix_web::Error>(Bytes::from_static(c.as_bytes()))
-                                });
+                            let chunks = ["data: a\n\n", "data: bb\n\n", "data: [DONE]\n\n"]
+                                .map(|c| Ok::<_, actix_web::Error>(Bytes::from_static(c.as_bytes())));
                             HttpResponse::Ok().streaming(futures_util::stream::iter(chunks))
                         }),
                     )
@@ -324,9 +306,7 @@ mod tests {
     }
 
     fn http_series(text: &str) -> Vec<&str> {
-        text.lines()
-            .filter(|l| l.starts_with("http_server_"))
-            .collect()
+        text.lines().filter(|l| l.starts_with("http_server_")).collect()
     }
 
     fn request(method: &[u8], path: &str) -> atest::TestRequest {
@@ -370,10 +350,7 @@ mod tests {
         assert!(after.contains("http_request_method=\"_OTHER\""));
         assert!(!after.contains("FOO") && !after.contains("BREW"));
         let count = "http_server_request_duration_seconds_count";
-        let matched = [
-            ("http_route", "/v1/models/{id}"),
-            ("http_request_method", "GET"),
-        ];
+        let matched = [("http_route", "/v1/models/{id}"), ("http_request_method", "GET")];
         assert_eq!(value(&after, count, &matched), Some(2.0));
         // Unmatched: no http_route at all, 404, not an error.
         let unmatched: Vec<_> = samples(&after, count)
@@ -424,10 +401,9 @@ mod tests {
         let app = app!(stats);
         // The client goes away before the handler answers: actix drops the future.
         drop(app.call(request(b"GET", "/v1/models/x").to_request()));
-        let panicked =
-            std::panic::AssertUnwindSafe(app.call(request(b"GET", "/panic").to_request()))
-                .catch_unwind()
-                .await;
+        let panicked = std::panic::AssertUnwindSafe(app.call(request(b"GET", "/panic").to_request()))
+            .catch_unwind()
+            .await;
         assert!(panicked.is_err());
         stats.send(Barrier).await.unwrap();
         let text = render_metrics(&t.registry).unwrap();
@@ -442,9 +418,6 @@ mod tests {
             assert!(lines[0].ends_with(" 1"));
         }
         let active = [("http_request_method", "GET")];
-        assert_eq!(
-            value(&text, "http_server_active_requests", &active),
-            Some(0.0)
-        );
+        assert_eq!(value(&text, "http_server_active_requests", &active), Some(0.0));
     }
 }

@@ -154,9 +154,7 @@ pub const GENAI_TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 ];
 /// Semconv-advised buckets for `gen_ai.server.time_per_output_token`.
-pub const GENAI_TPOT_BUCKETS: &[f64] = &[
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
-];
+pub const GENAI_TPOT_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5];
 
 /// The model context length the default token-count buckets stop at (SmolLM2's 8192).
 pub const DEFAULT_MAX_MODEL_LEN: u64 = 8192;
@@ -186,22 +184,21 @@ impl HistogramBuckets {
     pub fn vllm(max_model_len: u64) -> Self {
         Self {
             ttft: vec![
-                0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+                0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+                80.0, 160.0, 640.0, 2560.0,
             ],
             itl: vec![
-                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                10.0, 20.0, 40.0, 80.0,
+                0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+                80.0,
             ],
             request_latency: vec![
-                0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+                0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+                960.0, 1920.0, 7680.0,
             ],
             token_counts: one_two_five_buckets(max_model_len),
             params_n: vec![1.0, 2.0, 5.0, 10.0, 20.0],
             iteration_tokens: vec![
-                1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
-                16384.0,
+                1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
             ],
         }
     }
@@ -483,8 +480,7 @@ impl Instruments {
         // Arc-backed values: cloning an attribute on the hot path copies a pointer.
         let model_name: Arc<str> = Arc::from(cfg.model_name);
         let model = KeyValue::new("model_name", model_name.clone());
-        let with_reason =
-            |r: FinishReason| [model.clone(), KeyValue::new("finished_reason", r.as_str())];
+        let with_reason = |r: FinishReason| [model.clone(), KeyValue::new("finished_reason", r.as_str())];
         let by_reason = [
             with_reason(FinishReason::Stop),
             with_reason(FinishReason::Length),
@@ -505,10 +501,7 @@ impl Instruments {
             http,
             model: [model],
             by_reason,
-            gen_ai_base: [
-                gen_ai_attrs(Operation::Chat),
-                gen_ai_attrs(Operation::TextCompletion),
-            ],
+            gen_ai_base: [gen_ai_attrs(Operation::Chat), gen_ai_attrs(Operation::TextCompletion)],
         }
     }
 }
@@ -520,10 +513,7 @@ mod tests {
     #[test]
     fn one_two_five_stops_at_max() {
         assert_eq!(one_two_five_buckets(1), vec![1.0]);
-        assert_eq!(
-            one_two_five_buckets(60),
-            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]
-        );
+        assert_eq!(one_two_five_buckets(60), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
         let b = one_two_five_buckets(8192);
         assert_eq!(b.first(), Some(&1.0));
         assert_eq!(b.last(), Some(&5000.0));
@@ -540,10 +530,7 @@ mod tests {
             ..HistogramBuckets::default()
         };
         let err = b.validate().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "telemetry.buckets.itl is not strictly increasing"
-        );
+        assert_eq!(err.to_string(), "telemetry.buckets.itl is not strictly increasing");
         b.itl = vec![];
         assert_eq!(b.validate().unwrap_err().family, "itl");
         b.itl = vec![f64::NAN];
@@ -554,9 +541,6 @@ mod tests {
     fn buckets_deserialize_from_config() {
         let json = serde_json::to_value(HistogramBuckets::vllm(100)).unwrap();
         let back: HistogramBuckets = serde_json::from_value(json).unwrap();
-        assert_eq!(
-            back.token_counts,
-            vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
-        );
+        assert_eq!(back.token_counts, vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
     }
 }

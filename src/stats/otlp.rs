@@ -58,9 +58,7 @@ use std::str::FromStr;
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use opentelemetry_otlp::{
-    MetricExporter, Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig,
-};
+use opentelemetry_otlp::{MetricExporter, Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
@@ -223,9 +221,7 @@ pub enum OtlpError {
         key: String,
         reason: &'static str,
     },
-    #[error(
-        "no OTLP endpoint: set the config's endpoint, --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT"
-    )]
+    #[error("no OTLP endpoint: set the config's endpoint, --otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT")]
     NoEndpoint,
     #[error("OTLP endpoint {endpoint:?}: {reason}")]
     Endpoint { endpoint: String, reason: String },
@@ -265,9 +261,7 @@ pub fn build_otlp_reader(cfg: &OtlpConfig) -> Result<Box<dyn MetricReader>, Otlp
     }
     check_endpoint(&cfg.endpoint)?;
     let exporter = KilnExporter::new(cfg)?;
-    let reader = PeriodicReader::builder(exporter)
-        .with_interval(cfg.interval)
-        .build();
+    let reader = PeriodicReader::builder(exporter).with_interval(cfg.interval).build();
     Ok(Box::new(OtlpReader(reader)))
 }
 

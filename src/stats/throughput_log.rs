@@ -59,11 +59,7 @@ impl ThroughputLog {
     pub fn tick(&mut self, now: Instant) -> ThroughputReport {
         let elapsed = now.saturating_duration_since(self.last_tick).as_secs_f64();
         let rate = |tokens: u64| {
-            if elapsed > 0.0 {
-                tokens as f64 / elapsed
-            } else {
-                0.0
-            }
+            if elapsed > 0.0 { tokens as f64 / elapsed } else { 0.0 }
         };
         let s = &self.latest;
         let report = ThroughputReport {
@@ -74,10 +70,7 @@ impl ThroughputLog {
             swapped: s.num_swapped,
             kv_cache_usage: s.kv_cache_usage,
             cpu_cache_usage: s.cpu_cache_usage,
-            idle: self.prompt_tokens == 0
-                && self.generation_tokens == 0
-                && s.num_running == 0
-                && s.num_waiting == 0,
+            idle: self.prompt_tokens == 0 && self.generation_tokens == 0 && s.num_running == 0 && s.num_waiting == 0,
         };
         self.last_tick = now;
         self.prompt_tokens = 0;
@@ -107,12 +100,7 @@ impl fmt::Display for ThroughputReport {
 mod tests {
     use super::*;
 
-    fn step(
-        prefill: u64,
-        generated: u64,
-        running: usize,
-        waiting: usize,
-    ) -> (SchedulerStats, IterationStats) {
+    fn step(prefill: u64, generated: u64, running: usize, waiting: usize) -> (SchedulerStats, IterationStats) {
         (
             SchedulerStats {
                 num_running: running,
@@ -160,16 +148,10 @@ mod tests {
         let (s, i) = step(0, 100, 0, 0);
         log.observe(&s, &i);
         let r = log.tick(t0 + Duration::from_secs(15));
-        assert!(
-            !r.idle,
-            "tokens in the interval make it loud even with nothing running"
-        );
+        assert!(!r.idle, "tokens in the interval make it loud even with nothing running");
         assert!((r.generation_toks_per_s - 10.0).abs() < 1e-9);
         assert!(log.tick(t0 + Duration::from_secs(20)).idle);
         // A tick at the same instant divides by nothing.
-        assert_eq!(
-            log.tick(t0 + Duration::from_secs(20)).prompt_toks_per_s,
-            0.0
-        );
+        assert_eq!(log.tick(t0 + Duration::from_secs(20)).prompt_toks_per_s, 0.0);
     }
 }

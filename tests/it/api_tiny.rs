@@ -25,11 +25,7 @@ fn models_health_version_and_metrics_endpoints_answer() {
     let (status, body) = t.get_text("/version");
     assert_eq!(status, 200);
     assert!(body.contains(env!("CARGO_PKG_VERSION")));
-    let resp = t
-        .client
-        .get(t.server.url("/metrics"))
-        .send()
-        .expect("metrics");
+    let resp = t.client.get(t.server.url("/metrics")).send().expect("metrics");
     assert_eq!(
         resp.headers()["content-type"].to_str().expect("ascii"),
         "text/plain; version=0.0.4; charset=utf-8"
@@ -54,8 +50,7 @@ fn models_health_version_and_metrics_endpoints_answer() {
 #[test]
 fn completion_greedy_is_deterministic_and_streaming_matches() {
     let t = start_tiny(|_| {});
-    let body =
-        json!({"prompt": "hello world", "max_tokens": 12, "temperature": 0, "ignore_eos": true});
+    let body = json!({"prompt": "hello world", "max_tokens": 12, "temperature": 0, "ignore_eos": true});
     let (status, a) = t.post("/v1/completions", &body);
     assert_eq!(status, 200, "{a}");
     let (_, b) = t.post("/v1/completions", &body);
@@ -145,7 +140,10 @@ fn sampling_options_seed_n_logprobs_and_stop_strings() {
     assert_eq!(indices, vec![0, 1, 2, 3]);
     assert_eq!(many["usage"]["completion_tokens"], 12);
 
-    let (_, lp) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 4, "temperature": 0, "logprobs": 3, "ignore_eos": true}));
+    let (_, lp) = t.post(
+        "/v1/completions",
+        &json!({"prompt": "abc", "max_tokens": 4, "temperature": 0, "logprobs": 3, "ignore_eos": true}),
+    );
     let logprobs = &lp["choices"][0]["logprobs"];
     assert_eq!(logprobs["tokens"].as_array().expect("tokens").len(), 4);
     // A map keyed by token text: byte tokens that decode to the same text share a key.
@@ -188,7 +186,10 @@ fn sampling_options_seed_n_logprobs_and_stop_strings() {
         .expect("non-empty text");
     let stop: String = text[cut..].chars().take(2).collect();
     let expected = &text[..text.find(&stop).expect("stop occurs")];
-    let (_, stopped) = t.post("/v1/completions", &json!({"prompt": "hello", "max_tokens": 16, "temperature": 0, "ignore_eos": true, "stop": [stop]}));
+    let (_, stopped) = t.post(
+        "/v1/completions",
+        &json!({"prompt": "hello", "max_tokens": 16, "temperature": 0, "ignore_eos": true, "stop": [stop]}),
+    );
     assert_eq!(completion_text(&stopped), expected);
     assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
 }
@@ -199,10 +200,7 @@ fn bad_requests_get_openai_errors_never_500() {
     let check = |status: u16, body: &Value, want_status: u16, param: Option<&str>| {
         assert_eq!(status, want_status, "{body}");
         let err = &body["error"];
-        assert!(
-            err["message"].as_str().is_some_and(|m| !m.is_empty()),
-            "{body}"
-        );
+        assert!(err["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
         assert!(err["type"].is_string(), "{body}");
         if let Some(p) = param {
             assert_eq!(err["param"], p, "{body}");
@@ -212,10 +210,7 @@ fn bad_requests_get_openai_errors_never_500() {
     check(s, &b, 400, Some("temperature"));
     let (s, b) = t.post("/v1/completions", &json!({"prompt": "x", "model": "gpt-5"}));
     check(s, &b, 404, None);
-    let (s, b) = t.post(
-        "/v1/completions",
-        &json!({"prompt": "x", "max_tokens": 100000}),
-    );
+    let (s, b) = t.post("/v1/completions", &json!({"prompt": "x", "max_tokens": 100000}));
     check(s, &b, 400, None);
     assert_eq!(b["error"]["code"], "context_length_exceeded");
     let (s, b) = t.post("/v1/completions", &json!({"prompt": [[1, 2, 99999]]}));
@@ -260,20 +255,13 @@ fn a_dropped_stream_is_aborted_and_frees_its_blocks() {
     let n = resp.read(&mut first).expect("first bytes");
     assert!(n > 0);
     let busy = t.wait_for_load(|l| l["running"] == 1);
-    assert!(
-        busy["kv_cache_usage"].as_f64().expect("usage") > 0.0,
-        "{busy}"
-    );
+    assert!(busy["kv_cache_usage"].as_f64().expect("usage") > 0.0, "{busy}");
     drop(resp);
     let idle = t.wait_for_load(|l| l["running"] == 0 && l["kv_cache_usage"] == 0.0);
     assert_eq!(idle["running"], 0, "{idle}");
     assert_eq!(idle["kv_cache_usage"], 0.0, "{idle}");
     let (_, metrics) = t.get_text("/metrics");
-    let aborted = metric_value(
-        &metrics,
-        "vllm:request_success_total",
-        "finished_reason=\"abort\"",
-    );
+    let aborted = metric_value(&metrics, "vllm:request_success_total", "finished_reason=\"abort\"");
     assert_eq!(aborted, Some(1.0), "{metrics}");
 }
 
@@ -306,4 +294,21 @@ fn a_sequence_gives_the_same_greedy_output_alone_and_in_a_batch() {
             assert_eq!(h.join().expect("thread").0, 200);
         }
     });
+}
+
+#[test]
+fn chunked_prefill_gives_the_same_greedy_output_as_one_pass() {
+    // 150 prompt tokens against a 32-token step budget: five chunks, four without logits.
+    let prompt: Vec<u32> = (0..150).map(|i| 3 + (i * 7) % 250).collect();
+    let body = json!({"prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": true});
+    let whole = start_tiny(|_| {});
+    let (_, a) = whole.post("/v1/completions", &body);
+    let chunked = start_tiny(|c| {
+        c.engine.max_num_batched_tokens = 32;
+        c.engine.max_num_seqs = 4;
+    });
+    let (status, b) = chunked.post("/v1/completions", &body);
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(completion_text(&a), completion_text(&b));
+    assert_eq!(b["usage"]["prompt_tokens"], 150);
 }

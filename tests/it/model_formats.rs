@@ -60,10 +60,7 @@ fn write_hf_folder(gguf_path: &Path, dir: &Path, spec: TinyModelSpec) {
             ]
             .map(|p| format!("model.layers.{l}.{p}.weight"))
         })
-        .chain([
-            "model.embed_tokens.weight".to_string(),
-            "model.norm.weight".to_string(),
-        ])
+        .chain(["model.embed_tokens.weight".to_string(), "model.norm.weight".to_string()])
         .map(|hf| (hf_name_to_gguf(&hf).expect("mapped"), hf))
         .collect();
     let head_dim = spec.hidden / spec.heads;
@@ -87,13 +84,11 @@ fn write_hf_folder(gguf_path: &Path, dir: &Path, spec: TinyModelSpec) {
         .map(|(n, s, b)| {
             (
                 n.clone(),
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
-                    .expect("view"),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("view"),
             )
         })
         .collect();
-    safetensors::tensor::serialize_to_file(views, None, &dir.join("model.safetensors"))
-        .expect("safetensors");
+    safetensors::tensor::serialize_to_file(views, None, &dir.join("model.safetensors")).expect("safetensors");
     let config = serde_json::json!({
         "vocab_size": gguf.get_u32("llama.vocab_size"),
         "hidden_size": spec.hidden, "intermediate_size": spec.ffn, "num_hidden_layers": spec.layers,
@@ -121,26 +116,14 @@ fn gguf_and_hugging_face_folders_give_the_same_logits() {
     let a = first_logits(&gguf, &prompt);
     let b = first_logits(&hf, &prompt);
     assert_eq!(a.len(), b.len());
-    let worst = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max);
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
     assert!(worst <= TOLERANCE, "max |Δlogit| {worst}");
     let hf_files = open_model(&hf).expect("hf");
     let gguf_files = open_model(&gguf).expect("gguf");
     let text = "hello <|im_start|> 123";
     assert_eq!(
-        hf_files
-            .tokenizer
-            .encode(text, false)
-            .expect("enc")
-            .get_ids(),
-        gguf_files
-            .tokenizer
-            .encode(text, false)
-            .expect("enc")
-            .get_ids()
+        hf_files.tokenizer.encode(text, false).expect("enc").get_ids(),
+        gguf_files.tokenizer.encode(text, false).expect("enc").get_ids()
     );
 }
 

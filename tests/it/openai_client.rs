@@ -20,10 +20,7 @@ fn the_official_openai_client_gets_correct_answers() {
     let mut prepared = prepare_model(&config, files).expect("prepare");
     prepared.served.name = kiln::model::fetch::DEFAULT_MODEL_NAME.to_string();
     let server = TestServer::start(config, prepared).expect("server");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/openai_client_check.py"
-    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_client_check.py");
     let output = Command::new(python)
         .arg(script)
         .arg(server.url("/v1"))

@@ -14,12 +14,7 @@ use kiln::stats::otlp::{OtlpConfig, OtlpProtocol, build_otlp_reader};
 #[test]
 fn config_headers_win_over_the_exporters_own_env_read() {
     // SAFETY: the only test in this binary, and no other thread runs yet.
-    unsafe {
-        std::env::set_var(
-            "OTEL_EXPORTER_OTLP_HEADERS",
-            "x-kiln-token=from-env,x-env-only=e",
-        )
-    };
+    unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_HEADERS", "x-kiln-token=from-env,x-env-only=e") };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
@@ -48,10 +43,7 @@ fn config_headers_win_over_the_exporters_own_env_read() {
     t.provider.as_ref().unwrap().force_flush().unwrap();
     let head = rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(head[0], "post /v1/metrics http/1.1");
-    let tokens: Vec<&String> = head
-        .iter()
-        .filter(|h| h.starts_with("x-kiln-token:"))
-        .collect();
+    let tokens: Vec<&String> = head.iter().filter(|h| h.starts_with("x-kiln-token:")).collect();
     assert_eq!(tokens, ["x-kiln-token: from-flag"], "{head:#?}");
     assert!(head.iter().any(|h| h == "x-env-only: e"), "{head:#?}");
 }

@@ -52,11 +52,7 @@ fn a_down_collector_yields_one_warning_per_minute_and_no_sdk_noise() {
     tracing::subscriber::set_global_default(Capture(events.clone())).unwrap();
     for protocol in [OtlpProtocol::HttpProtobuf, OtlpProtocol::Grpc] {
         events.lock().unwrap().clear();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let base = format!("http://127.0.0.1:{port}");
         let mut cfg = OtlpConfig::new(metrics_endpoint_from_base(&base, protocol), protocol);
         cfg.timeout = Duration::from_millis(300);
@@ -73,10 +69,7 @@ fn a_down_collector_yields_one_warning_per_minute_and_no_sdk_noise() {
             provider.force_flush().unwrap();
         }
         let events = events.lock().unwrap().clone();
-        let loud: Vec<_> = events
-            .iter()
-            .filter(|(l, _, _)| *l <= Level::WARN)
-            .collect();
+        let loud: Vec<_> = events.iter().filter(|(l, _, _)| *l <= Level::WARN).collect();
         assert_eq!(loud.len(), 1, "{protocol}: {loud:#?}");
         let (_, target, fields) = loud[0];
         assert_eq!(target, "kiln::otlp", "{protocol}");

@@ -27,9 +27,7 @@ use kiln::stats::actor::{RecordHttp, RecordStep, StatsActor, StatsActorConfig};
 use kiln::stats::data::{FinishedRequestStats, IterationStats, RequestIntervals, SchedulerStats};
 use kiln::stats::exporter::{Telemetry, TelemetryConfig, build_telemetry_with_readers};
 use kiln::stats::instruments::Instruments;
-use kiln::stats::otlp::{
-    OtlpConfig, OtlpProtocol, OtlpTemporality, build_otlp_reader, metrics_endpoint_from_base,
-};
+use kiln::stats::otlp::{OtlpConfig, OtlpProtocol, OtlpTemporality, build_otlp_reader, metrics_endpoint_from_base};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 const PROTOCOLS: [OtlpProtocol; 2] = [OtlpProtocol::HttpProtobuf, OtlpProtocol::Grpc];
@@ -100,9 +98,7 @@ fn start_rotel(dir: &Path, name: &str, protocol: OtlpProtocol, port: u16) -> Rec
         .arg("--log-file")
         .arg(dir.join(format!("{name}.log")));
     let rotel = spawn(cmd, dir.join(format!("{name}.out")));
-    wait_for("rotel to listen", || {
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    wait_for("rotel to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
     rotel
 }
 
@@ -115,12 +111,7 @@ fn telemetry_config(instance: &str) -> TelemetryConfig {
     }
 }
 
-fn push(
-    protocol: OtlpProtocol,
-    port: u16,
-    instance: &str,
-    tweak: impl FnOnce(&mut OtlpConfig),
-) -> Telemetry {
+fn push(protocol: OtlpProtocol, port: u16, instance: &str, tweak: impl FnOnce(&mut OtlpConfig)) -> Telemetry {
     let base = format!("http://127.0.0.1:{port}");
     let mut cfg = OtlpConfig::new(metrics_endpoint_from_base(&base, protocol), protocol);
     cfg.interval = Duration::from_millis(300);
@@ -215,10 +206,7 @@ fn exports(output: &str) -> Vec<Export> {
 
 impl Export {
     fn metric(&self, name: &str) -> Option<&str> {
-        self.metrics
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, m)| m.as_str())
+        self.metrics.iter().find(|(n, _)| n == name).map(|(_, m)| m.as_str())
     }
 }
 
@@ -257,10 +245,7 @@ fn http_protobuf_reaches_oteltap_started_after_kiln() {
         status.is_some()
     });
     let out = tap.output();
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "oteltap failed:\n{out}"
-    );
+    assert!(status.is_some_and(|s| s.success()), "oteltap failed:\n{out}");
     // Every metric oteltap received is one NDJSON line; the batch holding the match came whole.
     let names: Vec<String> = out
         .lines()
@@ -283,22 +268,15 @@ fn both_protocols_deliver_engine_genai_http_and_the_resource() {
         let rotel = start_rotel(dir.path(), &name, protocol, port);
         let t = push(protocol, port, &name, |_| {});
         record(t.instruments.as_ref().unwrap(), 3);
-        wait_for(&format!("{protocol} delivery"), || {
-            delivered(&rotel.output())
-        });
+        wait_for(&format!("{protocol} delivery"), || delivered(&rotel.output()));
         let out = rotel.output();
-        let export = exports(&out)
-            .into_iter()
-            .find(|e| e.metric(DELIVERED[0]).is_some());
+        let export = exports(&out).into_iter().find(|e| e.metric(DELIVERED[0]).is_some());
         let resource = export.map(|e| e.resource).unwrap_or_default();
         for attr in [
             "service.name: Str(kiln-otlp-test)".to_owned(),
             format!("service.instance.id: Str({name})"),
         ] {
-            assert!(
-                resource.contains(&attr),
-                "{protocol}: {attr} missing in\n{resource}"
-            );
+            assert!(resource.contains(&attr), "{protocol}: {attr} missing in\n{resource}");
         }
         t.shutdown().unwrap();
     }
@@ -337,23 +315,12 @@ fn delta_temporality_sends_what_changed_since_the_last_export() {
             values(&rotel.output(), "vllm:prompt_tokens").len() >= 2
         });
         let out = rotel.output();
-        assert_eq!(
-            values(&out, "vllm:prompt_tokens"),
-            ["3", "2"],
-            "{protocol}:\n{out}"
-        );
+        assert_eq!(values(&out, "vllm:prompt_tokens"), ["3", "2"], "{protocol}:\n{out}");
         let all = exports(&out);
         let counter = all[0].metric("vllm:prompt_tokens").unwrap_or_default();
-        assert!(
-            counter.contains("AGGREGATION_TEMPORALITY_DELTA"),
-            "{counter}"
-        );
+        assert!(counter.contains("AGGREGATION_TEMPORALITY_DELTA"), "{counter}");
         // Gauges stay cumulative: set once at startup, still in the second export.
-        assert_eq!(
-            values(&out, "vllm:cache_config_info"),
-            ["1", "1"],
-            "{protocol}"
-        );
+        assert_eq!(values(&out, "vllm:cache_config_info"), ["1", "1"], "{protocol}");
         t.shutdown().unwrap();
     }
 }
@@ -370,9 +337,7 @@ fn export_resumes_when_the_collector_starts_late_and_restarts() {
         // Collector absent: a failed export, and the reader keeps running.
         t.provider.as_ref().unwrap().force_flush().unwrap();
         let first = start_rotel(dir.path(), &format!("{name}-1"), protocol, port);
-        wait_for(&format!("{protocol}: late delivery"), || {
-            delivered(&first.output())
-        });
+        wait_for(&format!("{protocol}: late delivery"), || delivered(&first.output()));
         drop(first);
         // Same port, new process: tonic must drop its dead connection and reconnect.
         let second = start_rotel(dir.path(), &format!("{name}-2"), protocol, port);

@@ -20,15 +20,11 @@ use serde_json::Value;
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
 fn model_path() -> PathBuf {
-    PathBuf::from(
-        std::env::var("KILN_TEST_MODEL")
-            .expect("KILN_TEST_MODEL must name the default model's GGUF"),
-    )
+    PathBuf::from(std::env::var("KILN_TEST_MODEL").expect("KILN_TEST_MODEL must name the default model's GGUF"))
 }
 
 fn cases() -> Vec<Value> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/smollm2-greedy.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/smollm2-greedy.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let json: Value = serde_json::from_str(&text).expect("reference json");
     json["cases"].as_array().expect("cases").clone()
@@ -121,10 +117,7 @@ fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
     let batched = run_to_completion(&mut scheduler, &mut runner);
     for (case, alone) in cases.iter().zip(&alone) {
         let name = case["name"].as_str().expect("name");
-        assert_eq!(
-            &batched[name], alone,
-            "case {name}: batched output differs from alone"
-        );
+        assert_eq!(&batched[name], alone, "case {name}: batched output differs from alone");
     }
 }
 

@@ -99,10 +99,7 @@ const OTHERS: &[(&str, &str)] = &[
 /// A mixed load: completions, chat, streaming, n=2, and one stream dropped mid-way.
 /// Returns the number of engine requests it made.
 fn mixed_load(t: &Tiny) -> usize {
-    let (s, _) = t.post(
-        "/v1/completions",
-        &json!({"prompt": "abc", "max_tokens": 5}),
-    );
+    let (s, _) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 5}));
     assert_eq!(s, 200);
     let (s, _) = t.post(
         "/v1/chat/completions",
@@ -114,10 +111,7 @@ fn mixed_load(t: &Tiny) -> usize {
         &json!({"prompt": "abc", "max_tokens": 3, "stream": true}),
     );
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    let (s, _) = t.post(
-        "/v1/completions",
-        &json!({"prompt": "xy", "max_tokens": 2, "n": 2}),
-    );
+    let (s, _) = t.post("/v1/completions", &json!({"prompt": "xy", "max_tokens": 2, "n": 2}));
     assert_eq!(s, 200);
     let mut dropped = t
         .client
@@ -146,18 +140,10 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
     let types = families(&text);
     for (name, kind) in ENGINE {
         let full = format!("vllm:{name}");
-        assert_eq!(
-            types.get(&full).map(String::as_str),
-            Some(*kind),
-            "{full}:\n{text}"
-        );
+        assert_eq!(types.get(&full).map(String::as_str), Some(*kind), "{full}:\n{text}");
     }
     for (name, kind) in OTHERS {
-        assert_eq!(
-            types.get(*name).map(String::as_str),
-            Some(*kind),
-            "{name}:\n{text}"
-        );
+        assert_eq!(types.get(*name).map(String::as_str), Some(*kind), "{name}:\n{text}");
     }
     // Labels: engine series carry model_name; no series carries otel_scope_*.
     for s in series(&text).iter().filter(|s| s.starts_with("vllm:")) {
@@ -170,8 +156,7 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
         && l.contains("service_instance_id=")));
     assert!(text.contains("vllm:cache_config_info{block_size=\"16\""));
     assert!(
-        text.contains("gen_ai_operation_name=\"chat\"")
-            && text.contains("gen_ai_operation_name=\"text_completion\"")
+        text.contains("gen_ai_operation_name=\"chat\"") && text.contains("gen_ai_operation_name=\"text_completion\"")
     );
     assert!(text.contains("http_route=\"/v1/completions\""));
 
@@ -183,11 +168,7 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
         Some(n as f64)
     );
     assert_eq!(
-        metric_value(
-            &text,
-            "vllm:request_success_total",
-            "finished_reason=\"abort\""
-        ),
+        metric_value(&text, "vllm:request_success_total", "finished_reason=\"abort\""),
         Some(1.0)
     );
     assert_eq!(
@@ -206,11 +187,7 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
         "gpu_cache_usage_perc",
         "cpu_cache_usage_perc",
     ] {
-        assert_eq!(
-            metric_value(&text, &format!("vllm:{gauge}"), ""),
-            Some(0.0),
-            "{gauge}"
-        );
+        assert_eq!(metric_value(&text, &format!("vllm:{gauge}"), ""), Some(0.0), "{gauge}");
     }
 }
 
@@ -239,12 +216,7 @@ fn exposition_content_type_gzip_and_a_separate_listener() {
         .send()
         .expect("metrics listener");
     assert_eq!(separate.status().as_u16(), 200);
-    assert!(
-        separate
-            .text()
-            .expect("text")
-            .contains("vllm:num_requests_running{")
-    );
+    assert!(separate.text().expect("text").contains("vllm:num_requests_running{"));
     let other = t
         .client
         .get(format!("http://127.0.0.1:{port}/v1/models"))
@@ -264,10 +236,7 @@ fn random_paths_and_methods_add_no_series() {
     let (_, _) = t.get_text("/metrics");
     for method in ["GET", "POST", "BREW", "PROPFIND", "DELETE"] {
         let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-        t.client
-            .request(m, t.server.url("/warmup"))
-            .send()
-            .expect("warm-up");
+        t.client.request(m, t.server.url("/warmup")).send().expect("warm-up");
     }
     let before = series(&scrape_until(&t, |m| {
         metric_value(
@@ -308,14 +277,8 @@ fn random_paths_and_methods_add_no_series() {
         .unwrap_or(0.0)
             >= 200.0
     }));
-    let new: Vec<_> = after
-        .difference(&before)
-        .filter(|s| s.starts_with("http_"))
-        .collect();
-    assert!(
-        new.is_empty(),
-        "new HTTP series from random traffic: {new:?}"
-    );
+    let new: Vec<_> = after.difference(&before).filter(|s| s.starts_with("http_")).collect();
+    assert!(new.is_empty(), "new HTTP series from random traffic: {new:?}");
 }
 
 #[test]
@@ -381,18 +344,10 @@ fn a_full_queue_gets_429_with_retry_after_and_is_counted() {
         assert_eq!(second.join().expect("second").0, 200);
     });
     let text = scrape_until(&t, |m| {
-        metric_value(
-            m,
-            "vllm:admission_rejections_total",
-            "reason=\"queue_full\"",
-        ) == Some(1.0)
+        metric_value(m, "vllm:admission_rejections_total", "reason=\"queue_full\"") == Some(1.0)
     });
     assert_eq!(
-        metric_value(
-            &text,
-            "vllm:admission_rejections_total",
-            "reason=\"queue_full\""
-        ),
+        metric_value(&text, "vllm:admission_rejections_total", "reason=\"queue_full\""),
         Some(1.0)
     );
 }
@@ -407,32 +362,19 @@ fn an_executor_panic_fails_its_batch_and_the_server_carries_on() {
         },
         |_| {},
     );
-    let (status, body) = t.post(
-        "/v1/completions",
-        &json!({"prompt": [1, 200, 3], "max_tokens": 4}),
-    );
+    let (status, body) = t.post("/v1/completions", &json!({"prompt": [1, 200, 3], "max_tokens": 4}));
     assert_eq!(status, 500, "{body}");
     assert_eq!(body["error"]["type"], "server_error");
-    let (status, _) = t.post(
-        "/v1/completions",
-        &json!({"prompt": [1, 2, 3], "max_tokens": 4}),
-    );
+    let (status, _) = t.post("/v1/completions", &json!({"prompt": [1, 2, 3], "max_tokens": 4}));
     assert_eq!(status, 200);
     let text = scrape_until(&t, |m| {
         metric_value(m, "vllm:request_success_total", "finished_reason=\"error\"") == Some(1.0)
     });
     assert_eq!(
-        metric_value(
-            &text,
-            "vllm:request_success_total",
-            "finished_reason=\"error\""
-        ),
+        metric_value(&text, "vllm:request_success_total", "finished_reason=\"error\""),
         Some(1.0)
     );
-    assert_eq!(
-        metric_value(&text, "vllm:kv_cache_usage_perc", ""),
-        Some(0.0)
-    );
+    assert_eq!(metric_value(&text, "vllm:kv_cache_usage_perc", ""), Some(0.0));
 }
 
 #[test]
@@ -467,27 +409,17 @@ fn per_request_metrics_and_the_load_header() {
         header.starts_with("TEXT named_metrics.num_requests_running=0"),
         "{header}"
     );
-    let plain = t
-        .client
-        .get(t.server.url("/v1/models"))
-        .send()
-        .expect("models");
+    let plain = t.client.get(t.server.url("/v1/models")).send().expect("models");
     assert!(!plain.headers().contains_key("endpoint-load-metrics"));
     let off = start_tiny(|_| {});
-    let (_, body) = off.post(
-        "/v1/completions",
-        &json!({"prompt": "abc", "max_tokens": 2}),
-    );
+    let (_, body) = off.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 2}));
     assert!(body["choices"][0].get("metrics").is_none());
 }
 
 #[test]
 fn telemetry_can_be_switched_off() {
     let t = start_tiny(|c| c.telemetry.enabled = false);
-    let (s, _) = t.post(
-        "/v1/completions",
-        &json!({"prompt": "abc", "max_tokens": 2}),
-    );
+    let (s, _) = t.post("/v1/completions", &json!({"prompt": "abc", "max_tokens": 2}));
     assert_eq!(s, 200);
     let (_, text) = t.get_text("/metrics");
     assert!(!text.contains("vllm:"), "{text}");

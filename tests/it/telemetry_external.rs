@@ -64,10 +64,7 @@ fn a_real_prometheus_scrapes_the_request_and_token_totals() {
     let _prometheus = Process(
         Command::new(tool("KILN_TEST_PROMETHEUS"))
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -86,10 +83,7 @@ fn a_real_prometheus_scrapes_the_request_and_token_totals() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let total = "sum(vllm:request_success_total{job=\"kiln\"})";
     while promql(&t.client, port, total) != Some(requests as f64) {
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus never saw {requests} requests"
-        );
+        assert!(Instant::now() < deadline, "Prometheus never saw {requests} requests");
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(
@@ -139,10 +133,7 @@ fn promtool_findings(prefix: &str) -> String {
 #[ignore = "needs promtool (KILN_TEST_PROMTOOL); .ci/run provides it"]
 fn promtool_finds_nothing_with_a_lint_clean_prefix_and_only_vllm_naming_with_vllm() {
     let clean = promtool_findings("kiln_");
-    assert!(
-        clean.trim().is_empty(),
-        "promtool findings with kiln_:\n{clean}"
-    );
+    assert!(clean.trim().is_empty(), "promtool findings with kiln_:\n{clean}");
     let vllm = promtool_findings("vllm:");
     let findings: Vec<&str> = vllm.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(
@@ -158,12 +149,8 @@ fn promtool_finds_nothing_with_a_lint_clean_prefix_and_only_vllm_naming_with_vll
         "vllm:iteration_tokens_total non-counter metrics should not have \"_total\" suffix",
     ];
     for line in findings {
-        let colon =
-            line.starts_with("vllm:") && line.ends_with("metric names should not contain ':'");
-        assert!(
-            colon || vllm_names.contains(&line),
-            "unexpected finding: {line}"
-        );
+        let colon = line.starts_with("vllm:") && line.ends_with("metric names should not contain ':'");
+        assert!(colon || vllm_names.contains(&line), "unexpected finding: {line}");
     }
 }
 
@@ -199,15 +186,9 @@ fn a_running_kiln_pushes_engine_genai_and_http_metrics_over_otlp() {
             if let Some(status) = tap.0.try_wait().expect("wait") {
                 break status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{pattern} never arrived over OTLP"
-            );
+            assert!(Instant::now() < deadline, "{pattern} never arrived over OTLP");
             std::thread::sleep(Duration::from_millis(100));
         };
-        assert!(
-            status.success(),
-            "oteltap exited with {status} waiting for {pattern}"
-        );
+        assert!(status.success(), "oteltap exited with {status} waiting for {pattern}");
     }
 }

@@ -58,14 +58,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], elements: usize) -> Result<Vec<f32>
             data.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         ),
-        GgmlType::F16 => out.extend(
-            data.chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()),
-        ),
-        GgmlType::BF16 => out.extend(
-            data.chunks_exact(2)
-                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()),
-        ),
+        GgmlType::F16 => out.extend(data.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())),
+        GgmlType::BF16 => out.extend(data.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())),
         GgmlType::Q8_0 => {
             for block in data.chunks_exact(34) {
                 let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
@@ -129,9 +123,7 @@ fn quantize_q8_0(x: &[f32], out: &mut Vec<u8>) {
 
 fn quantize_q4_0(x: &[f32], out: &mut Vec<u8>) {
     // The signed value of largest magnitude maps to -8 exactly, as in ggml.
-    let max = x
-        .iter()
-        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let max = x.iter().fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     out.extend(f16::from_f32(d).to_le_bytes());

@@ -45,9 +45,7 @@ pub enum GgufError {
         version: u32,
         hint: &'static str,
     },
-    #[error(
-        "{path}: truncated {what}: need {needed} bytes at offset {offset}, file is {file_len} bytes"
-    )]
+    #[error("{path}: truncated {what}: need {needed} bytes at offset {offset}, file is {file_len} bytes")]
     Truncated {
         path: PathBuf,
         what: String,
@@ -62,11 +60,7 @@ pub enum GgufError {
         detail: String,
     },
     #[error("{path}: unknown metadata value type {type_id} in {what}")]
-    UnknownValueType {
-        path: PathBuf,
-        what: String,
-        type_id: u32,
-    },
+    UnknownValueType { path: PathBuf, what: String, type_id: u32 },
     #[error("{path}: tensor '{tensor}' has unknown ggml type id {type_id}")]
     UnknownTensorType {
         path: PathBuf,

@@ -77,9 +77,7 @@ pub(super) fn parse_header(path: &Path, buf: &[u8]) -> Result<Header, GgufError>
         Some(v) => match v.as_u64() {
             Some(a) if a > 0 && a.is_power_of_two() => a,
             _ => {
-                return Err(
-                    c.malformed("general.alignment", format!("{v:?} is not a power of two"))
-                );
+                return Err(c.malformed("general.alignment", format!("{v:?} is not a power of two")));
             }
         },
     };
@@ -233,12 +231,11 @@ impl<'a> Cursor<'a> {
                     return Err(self.malformed(what, "arrays nested too deeply".into()));
                 }
                 let elem_id = self.u32(what)?;
-                let elem =
-                    GgufValueType::from_id(elem_id).ok_or_else(|| GgufError::UnknownValueType {
-                        path: self.path.to_path_buf(),
-                        what: format!("element type of {what}"),
-                        type_id: elem_id,
-                    })?;
+                let elem = GgufValueType::from_id(elem_id).ok_or_else(|| GgufError::UnknownValueType {
+                    path: self.path.to_path_buf(),
+                    what: format!("element type of {what}"),
+                    type_id: elem_id,
+                })?;
                 let len = self.u64(what)?;
                 self.check_count(len, elem.min_encoded_size(), what)?;
                 if len > self.values_left {
@@ -290,8 +287,8 @@ impl<'a> Cursor<'a> {
                 format!("row length {row} is not a multiple of {ty}'s block size {block}"),
             ));
         }
-        let size_bytes = byte_size(ty, elements)
-            .ok_or_else(|| self.malformed(&what, format!("size of {ne:?} {ty} overflows")))?;
+        let size_bytes =
+            byte_size(ty, elements).ok_or_else(|| self.malformed(&what, format!("size of {ne:?} {ty} overflows")))?;
         if !offset.is_multiple_of(alignment) {
             return Err(self.malformed(
                 &what,

@@ -180,10 +180,7 @@ impl GgufFile {
 
     pub fn require_string_array(&self, key: &str) -> Result<Vec<String>, GgufError> {
         self.require(key, "an array of strings", |v| {
-            v.as_array()?
-                .iter()
-                .map(|e| e.as_str().map(str::to_owned))
-                .collect()
+            v.as_array()?.iter().map(|e| e.as_str().map(str::to_owned)).collect()
         })
     }
 
@@ -219,12 +216,10 @@ impl GgufFile {
     }
 
     fn lookup(&self, name: &str) -> Result<(&GgufTensorInfo, &[u8]), GgufError> {
-        let info = self
-            .tensor_info(name)
-            .ok_or_else(|| GgufError::MissingTensor {
-                path: self.path.clone(),
-                name: name.to_string(),
-            })?;
+        let info = self.tensor_info(name).ok_or_else(|| GgufError::MissingTensor {
+            path: self.path.clone(),
+            name: name.to_string(),
+        })?;
         // Extents were validated against the file length in `open`.
         let start = (self.data_start + info.offset) as usize;
         Ok((info, &self.mmap[start..start + info.size_bytes as usize]))

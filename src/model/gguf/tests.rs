@@ -17,14 +17,10 @@ fn open_bytes(bytes: &[u8]) -> Result<GgufFile, GgufError> {
 
 /// Deterministic pseudo-random values in [-scale, scale) (no rand dependency needed).
 fn test_data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
@@ -45,10 +41,7 @@ fn sample_writer() -> GgufWriter {
         .add_metadata("i64", GgufValue::I64(42))
         .add_metadata("f64", GgufValue::F64(0.25))
         .add_metadata("strings", GgufValue::string_array(["a", "b c", "Ġ"]))
-        .add_metadata(
-            "ints",
-            GgufValue::Array(vec![GgufValue::I32(1), GgufValue::I32(-3)]),
-        )
+        .add_metadata("ints", GgufValue::Array(vec![GgufValue::I32(1), GgufValue::I32(-3)]))
         .add_metadata(
             "nested",
             GgufValue::Array(vec![GgufValue::Array(vec![GgufValue::U8(1)])]),
@@ -91,17 +84,12 @@ fn metadata_round_trip() {
     assert_eq!(g.get_array("empty"), Some(&[][..]));
     assert_eq!(
         g.get("nested"),
-        Some(&GgufValue::Array(vec![GgufValue::Array(vec![
-            GgufValue::U8(1)
-        ])]))
+        Some(&GgufValue::Array(vec![GgufValue::Array(vec![GgufValue::U8(1)])]))
     );
     assert_eq!(g.require_u32("u16").expect("u16"), 60000);
     let missing = g.require_str("nope").expect_err("missing").to_string();
     assert!(missing.contains("'nope' not found") && missing.contains(&*f.path().to_string_lossy()));
-    let wrong = g
-        .require_str("strings")
-        .expect_err("wrong type")
-        .to_string();
+    let wrong = g.require_str("strings").expect_err("wrong type").to_string();
     assert!(wrong.contains("expected a string"), "{wrong}");
 }
 
@@ -155,8 +143,7 @@ fn alignment_is_honoured() {
     w.add_metadata("general.alignment", GgufValue::U32(64));
     w.add_tensor_f32("a", &[3], &[1.0, 2.0, 3.0], GgmlType::F32)
         .expect("add");
-    w.add_tensor_f32("b", &[2], &[4.0, 5.0], GgmlType::F32)
-        .expect("add");
+    w.add_tensor_f32("b", &[2], &[4.0, 5.0], GgmlType::F32).expect("add");
     let g = open_bytes(&w.to_bytes().expect("bytes")).expect("open");
     assert_eq!(g.alignment(), 64);
     assert_eq!(g.tensor_info("b").expect("b").offset, 64);
@@ -171,10 +158,7 @@ fn truncation_at_every_cut_point_is_an_error() {
     let cuts = (0..bytes.len()).filter(|&n| n < 600 || n.is_multiple_of(7));
     for n in cuts {
         let err = open_bytes(&bytes[..n]).expect_err("truncated file must not open");
-        assert!(
-            matches!(err, GgufError::Truncated { .. }),
-            "cut at {n}: {err}"
-        );
+        assert!(matches!(err, GgufError::Truncated { .. }), "cut at {n}: {err}");
     }
     assert!(open_bytes(&bytes).is_ok());
 }
@@ -189,17 +173,9 @@ fn bad_magic_and_version() {
     bytes[..4].copy_from_slice(b"GGUF");
     bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
     let err = open_bytes(&bytes).expect_err("v1");
-    assert!(
-        err.to_string().contains("unsupported GGUF version 1"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("unsupported GGUF version 1"), "{err}");
     bytes[4..8].copy_from_slice(&3u32.to_be_bytes());
-    assert!(
-        open_bytes(&bytes)
-            .expect_err("BE")
-            .to_string()
-            .contains("big-endian")
-    );
+    assert!(open_bytes(&bytes).expect_err("BE").to_string().contains("big-endian"));
 
     // Version 2 shares v3's layout (u64 counts), so it opens.
     bytes[4..8].copy_from_slice(&2u32.to_le_bytes());
@@ -245,10 +221,7 @@ fn metadata_element_budget_is_enforced() {
     arr.extend(n.to_le_bytes());
     arr.resize(arr.len() + n as usize, 0);
     let err = open_bytes(&one_key_file(&arr)).expect_err("too many elements");
-    assert!(
-        err.to_string().contains("exceed the metadata limit"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("exceed the metadata limit"), "{err}");
 }
 
 #[test]
@@ -283,22 +256,15 @@ fn scalar_quantised_tensor_is_malformed() {
 #[test]
 fn unknown_types_are_named() {
     let err = open_bytes(&one_key_file(&77u32.to_le_bytes())).expect_err("value type");
-    assert!(
-        err.to_string().contains("unknown metadata value type 77"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("unknown metadata value type 77"), "{err}");
 
     let mut w = GgufWriter::new();
-    w.add_tensor_f32("x", &[32], &[0.0; 32], GgmlType::F32)
-        .expect("add");
+    w.add_tensor_f32("x", &[32], &[0.0; 32], GgmlType::F32).expect("add");
     let mut bytes = w.to_bytes().expect("bytes");
     // Tensor info: header (24) + name (8 + 1) + n_dims (4) + ne (8), then the type id.
     bytes[45..49].copy_from_slice(&5u32.to_le_bytes());
     let err = open_bytes(&bytes).expect_err("tensor type");
-    assert!(
-        err.to_string().contains("'x' has unknown ggml type id 5"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("'x' has unknown ggml type id 5"), "{err}");
 }
 
 #[test]
@@ -316,16 +282,9 @@ fn unsupported_and_missing_tensors_are_named() {
 #[test]
 fn writer_rejects_bad_input() {
     let mut w = GgufWriter::new();
-    assert!(
-        w.add_tensor_f32("a", &[2, 3], &[0.0; 5], GgmlType::F32)
-            .is_err()
-    );
-    assert!(
-        w.add_tensor_f32("a", &[2, 16], &[0.0; 32], GgmlType::Q4_0)
-            .is_err()
-    );
-    w.add_tensor_f32("a", &[1], &[0.0], GgmlType::F32)
-        .expect("add");
+    assert!(w.add_tensor_f32("a", &[2, 3], &[0.0; 5], GgmlType::F32).is_err());
+    assert!(w.add_tensor_f32("a", &[2, 16], &[0.0; 32], GgmlType::Q4_0).is_err());
+    w.add_tensor_f32("a", &[1], &[0.0], GgmlType::F32).expect("add");
     assert!(w.add_tensor_f32("a", &[1], &[0.0], GgmlType::F32).is_err());
 }
 
@@ -349,15 +308,9 @@ fn real_smollm2_file() {
         Some(49152)
     );
     let emb = g.tensor_info("token_embd.weight").expect("embd");
-    assert_eq!(
-        (emb.shape.as_slice(), emb.ty),
-        (&[49152, 576][..], GgmlType::Q8_0)
-    );
+    assert_eq!((emb.shape.as_slice(), emb.ty), (&[49152, 576][..], GgmlType::Q8_0));
     let q = g.tensor_info("blk.0.attn_q.weight").expect("q");
-    assert_eq!(
-        (q.shape.as_slice(), q.ty),
-        (&[576, 576][..], GgmlType::Q4_1)
-    );
+    assert_eq!((q.shape.as_slice(), q.ty), (&[576, 576][..], GgmlType::Q4_1));
 
     // (name, first, second, last, sum, sum of |x|)
     let expected = [

@@ -158,12 +158,7 @@ impl GgufValue {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        GgufValue::Array(
-            items
-                .into_iter()
-                .map(|s| GgufValue::String(s.into()))
-                .collect(),
-        )
+        GgufValue::Array(items.into_iter().map(|s| GgufValue::String(s.into())).collect())
     }
 
     /// A short description for "wrong type" errors, e.g. `array[string; 3]`.
@@ -260,9 +255,8 @@ impl GgmlType {
     pub fn from_id(id: u32) -> Option<Self> {
         use GgmlType::*;
         const ALL: [GgmlType; 34] = [
-            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K,
-            IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64,
-            IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
+            F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
+            IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0,
         ];
         ALL.into_iter().find(|t| *t as u32 == id)
     }

@@ -44,13 +44,7 @@ impl GgufWriter {
     /// Adds a tensor given row-major f32 data, stored (quantised if need be) as `ty`.
     /// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1 (quantised types need the innermost
     /// dimension to be a multiple of 32).
-    pub fn add_tensor_f32(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        data: &[f32],
-        ty: GgmlType,
-    ) -> io::Result<()> {
+    pub fn add_tensor_f32(&mut self, name: &str, shape: &[usize], data: &[f32], ty: GgmlType) -> io::Result<()> {
         let elements: usize = shape.iter().product();
         if elements != data.len() {
             return Err(invalid(format!(
@@ -64,13 +58,7 @@ impl GgufWriter {
 
     /// Adds a tensor whose bytes are already in `ty`'s block layout (e.g. to test how readers
     /// handle types kiln cannot dequantise).
-    pub fn add_tensor_raw(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        ty: GgmlType,
-        bytes: Vec<u8>,
-    ) -> io::Result<()> {
+    pub fn add_tensor_raw(&mut self, name: &str, shape: &[usize], ty: GgmlType, bytes: Vec<u8>) -> io::Result<()> {
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(invalid(format!("duplicate tensor '{name}'")));
         }
@@ -173,9 +161,7 @@ fn write_value(out: &mut Vec<u8>, value: &GgufValue, key: &str) -> io::Result<()
         GgufValue::Array(items) => {
             // An empty array's element type is not recoverable from the value; u8 is as good
             // as any since readers see no elements.
-            let elem = items
-                .first()
-                .map_or(GgufValueType::U8, GgufValue::value_type);
+            let elem = items.first().map_or(GgufValueType::U8, GgufValue::value_type);
             if items.iter().any(|v| v.value_type() != elem) {
                 return Err(invalid(format!("metadata '{key}': mixed-type array")));
             }

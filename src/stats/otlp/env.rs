@@ -38,10 +38,7 @@ pub fn otlp_config_from_lookup(
         value: value.to_owned(),
         reason: reason.to_owned(),
     };
-    if let Some((var, v)) = either(
-        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-    ) {
+    if let Some((var, v)) = either("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") {
         cfg.protocol = v
             .parse()
             .map_err(|_| env_err(var, &v, "expected http/protobuf or grpc"))?;
@@ -51,26 +48,16 @@ pub fn otlp_config_from_lookup(
     } else if let Some((_, v)) = base_endpoint {
         cfg.endpoint = metrics_endpoint_from_base(&v, cfg.protocol);
     }
-    if let Some((var, v)) = either(
-        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-        "OTEL_EXPORTER_OTLP_HEADERS",
-    ) {
+    if let Some((var, v)) = either("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS") {
         for (key, value) in parse_headers(var, &v)? {
             cfg.set_header(&key, value);
         }
     }
     let millis = |var, v: &str| match v.parse::<u64>() {
-        Ok(0) | Err(_) => Err(env_err(
-            var,
-            v,
-            "expected a positive number of milliseconds",
-        )),
+        Ok(0) | Err(_) => Err(env_err(var, v, "expected a positive number of milliseconds")),
         Ok(ms) => Ok(Duration::from_millis(ms)),
     };
-    if let Some((var, v)) = either(
-        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
-        "OTEL_EXPORTER_OTLP_TIMEOUT",
-    ) {
+    if let Some((var, v)) = either("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT") {
         cfg.timeout = millis(var, &v)?;
     }
     if let Some((var, v)) = get("OTEL_METRIC_EXPORT_INTERVAL") {

@@ -12,17 +12,11 @@ use crate::stats::exporter::build_telemetry_with_readers;
 use crate::stats::exporter::test_support::config;
 
 fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+    let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     move |name| map.get(name).cloned()
 }
 
-fn from_env(
-    base: Option<OtlpConfig>,
-    vars: &[(&str, &str)],
-) -> Result<Option<OtlpConfig>, OtlpError> {
+fn from_env(base: Option<OtlpConfig>, vars: &[(&str, &str)]) -> Result<Option<OtlpConfig>, OtlpError> {
     otlp_config_from_lookup(base, lookup(vars))
 }
 
@@ -35,10 +29,7 @@ fn protocol_and_temporality_parse_and_deserialize_by_their_spec_names() {
     );
     let err = "http/json".parse::<OtlpProtocol>().unwrap_err();
     assert!(err.to_string().contains("\"http/json\""), "{err}");
-    assert_eq!(
-        "Delta".parse::<OtlpTemporality>().unwrap(),
-        OtlpTemporality::Delta
-    );
+    assert_eq!("Delta".parse::<OtlpTemporality>().unwrap(), OtlpTemporality::Delta);
     assert_eq!(
         "LOWMEMORY".parse::<OtlpTemporality>().unwrap(),
         OtlpTemporality::LowMemory
@@ -47,13 +38,9 @@ fn protocol_and_temporality_parse_and_deserialize_by_their_spec_names() {
     assert!(err.to_string().contains("\"monthly\""), "{err}");
     let p: Vec<OtlpProtocol> = serde_json::from_str(r#"["http/protobuf","grpc"]"#).unwrap();
     assert_eq!(p, [OtlpProtocol::HttpProtobuf, OtlpProtocol::Grpc]);
-    let t: Vec<OtlpTemporality> =
-        serde_json::from_str(r#"["cumulative","delta","lowmemory"]"#).unwrap();
+    let t: Vec<OtlpTemporality> = serde_json::from_str(r#"["cumulative","delta","lowmemory"]"#).unwrap();
     assert_eq!(t[2], OtlpTemporality::LowMemory);
-    assert_eq!(
-        serde_json::to_string(&OtlpProtocol::Grpc).unwrap(),
-        "\"grpc\""
-    );
+    assert_eq!(serde_json::to_string(&OtlpProtocol::Grpc).unwrap(), "\"grpc\"");
     assert_eq!(OtlpProtocol::HttpProtobuf.to_string(), "http/protobuf");
 }
 
@@ -72,10 +59,7 @@ fn base_endpoint_gets_the_signal_path_for_http_only() {
         .unwrap();
     assert_eq!(cfg.endpoint, "http://c:4318/v1/metrics");
     assert_eq!(cfg.protocol, OtlpProtocol::HttpProtobuf);
-    assert_eq!(
-        (cfg.interval, cfg.timeout),
-        (DEFAULT_INTERVAL, DEFAULT_TIMEOUT)
-    );
+    assert_eq!((cfg.interval, cfg.timeout), (DEFAULT_INTERVAL, DEFAULT_TIMEOUT));
     let cfg = from_env(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c/otlp")])
         .unwrap()
         .unwrap();
@@ -99,18 +83,12 @@ fn base_endpoint_gets_the_signal_path_for_http_only() {
     )
     .unwrap()
     .unwrap();
-    assert_eq!(
-        cfg.endpoint, "http://m:9/custom",
-        "signal endpoint is used as is"
-    );
+    assert_eq!(cfg.endpoint, "http://m:9/custom", "signal endpoint is used as is");
 }
 
 #[test]
 fn variables_override_the_config_and_merge_headers() {
-    let mut base = OtlpConfig::new(
-        "http://kiln-config:4318/v1/metrics",
-        OtlpProtocol::HttpProtobuf,
-    );
+    let mut base = OtlpConfig::new("http://kiln-config:4318/v1/metrics", OtlpProtocol::HttpProtobuf);
     base.set_header("Authorization", "from-config");
     base.set_header("x-tenant", "a");
     let cfg = from_env(
@@ -132,36 +110,18 @@ fn variables_override_the_config_and_merge_headers() {
     .unwrap();
     assert_eq!(cfg.protocol, OtlpProtocol::Grpc);
     assert_eq!(cfg.endpoint, "http://env:4317");
-    assert_eq!(
-        cfg.timeout,
-        Duration::from_millis(1500),
-        "signal-specific wins"
-    );
+    assert_eq!(cfg.timeout, Duration::from_millis(1500), "signal-specific wins");
     assert_eq!(cfg.interval, Duration::from_secs(5));
     assert_eq!(cfg.temporality, OtlpTemporality::Delta);
-    let headers: Vec<(&str, &str)> = cfg
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
+    let headers: Vec<(&str, &str)> = cfg.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     assert_eq!(
         headers,
-        [
-            ("x-tenant", "a"),
-            ("authorization", "Basic abc="),
-            ("x-new", "1")
-        ]
+        [("x-tenant", "a"), ("authorization", "Basic abc="), ("x-new", "1")]
     );
-    let kept = from_env(
-        Some(OtlpConfig::new("http://k:1/v1/metrics", OtlpProtocol::Grpc)),
-        &[],
-    )
-    .unwrap()
-    .unwrap();
-    assert_eq!(
-        kept,
-        OtlpConfig::new("http://k:1/v1/metrics", OtlpProtocol::Grpc)
-    );
+    let kept = from_env(Some(OtlpConfig::new("http://k:1/v1/metrics", OtlpProtocol::Grpc)), &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept, OtlpConfig::new("http://k:1/v1/metrics", OtlpProtocol::Grpc));
 }
 
 #[test]
@@ -178,11 +138,7 @@ fn bad_variables_are_refused_naming_variable_and_value() {
             "10s",
             "OTEL_EXPORTER_OTLP_TIMEOUT=\"10s\"",
         ),
-        (
-            "OTEL_METRIC_EXPORT_INTERVAL",
-            "0",
-            "OTEL_METRIC_EXPORT_INTERVAL=\"0\"",
-        ),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0", "OTEL_METRIC_EXPORT_INTERVAL=\"0\""),
         (
             "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
             "weekly",
@@ -198,18 +154,12 @@ fn bad_variables_are_refused_naming_variable_and_value() {
         let err = from_env(None, &[ep, (var, value)]).unwrap_err();
         assert!(err.to_string().starts_with(expected), "{err}");
     }
-    let err = from_env(
-        None,
-        &[ep, ("OTEL_EXPORTER_OTLP_HEADERS", "ok=1,Bearer secret")],
-    )
-    .unwrap_err()
-    .to_string();
+    let err = from_env(None, &[ep, ("OTEL_EXPORTER_OTLP_HEADERS", "ok=1,Bearer secret")])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("#2") && !err.contains("secret"), "{err}");
     let no_endpoint = OtlpConfig::new("", OtlpProtocol::Grpc);
-    assert!(matches!(
-        from_env(Some(no_endpoint), &[]),
-        Err(OtlpError::NoEndpoint)
-    ));
+    assert!(matches!(from_env(Some(no_endpoint), &[]), Err(OtlpError::NoEndpoint)));
 }
 
 #[test]
@@ -217,10 +167,7 @@ fn debug_hides_header_values() {
     let mut cfg = OtlpConfig::new("http://c:4318/v1/metrics", OtlpProtocol::HttpProtobuf);
     cfg.set_header("authorization", "Bearer s3cret");
     let shown = format!("{cfg:?}");
-    assert!(
-        shown.contains("authorization") && !shown.contains("s3cret"),
-        "{shown}"
-    );
+    assert!(shown.contains("authorization") && !shown.contains("s3cret"), "{shown}");
 }
 
 #[test]
@@ -233,11 +180,7 @@ fn failures_warn_once_a_minute_with_the_suppressed_count() {
         assert_eq!(log.failure(t0 + Duration::from_secs(s * 10)), None);
     }
     assert_eq!(log.failure(t0 + Duration::from_secs(60)), Some(5));
-    assert_eq!(
-        log.success(),
-        Some(7),
-        "the warned streak ends: say so once"
-    );
+    assert_eq!(log.success(), Some(7), "the warned streak ends: say so once");
     assert_eq!(log.success(), None);
     // A new streak within the minute stays quiet and is not announced as recovered.
     assert_eq!(log.failure(t0 + Duration::from_secs(61)), None);
@@ -324,13 +267,7 @@ fn a_silent_collector_costs_recording_nothing() {
         });
         // The export is in flight once the exporter has connected.
         let (_conn, _) = listener.accept().unwrap();
-        let counter = t
-            .provider
-            .as_ref()
-            .unwrap()
-            .meter("test")
-            .u64_counter("c")
-            .build();
+        let counter = t.provider.as_ref().unwrap().meter("test").u64_counter("c").build();
         let started = Instant::now();
         for _ in 0..10_000 {
             counter.add(1, &[]);
@@ -341,10 +278,7 @@ fn a_silent_collector_costs_recording_nothing() {
             "{protocol}: export did not wait for the collector"
         );
         let took = flush.join().unwrap().unwrap();
-        assert!(
-            recording < Duration::from_millis(500),
-            "{protocol}: {recording:?}"
-        );
+        assert!(recording < Duration::from_millis(500), "{protocol}: {recording:?}");
         assert!(
             took >= Duration::from_millis(1500) && took < Duration::from_secs(6),
             "{protocol}: export took {took:?} with a 2 s timeout"

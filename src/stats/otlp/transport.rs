@@ -21,20 +21,14 @@ pub(super) fn blocking_client(cfg: &OtlpConfig) -> Result<reqwest::blocking::Cli
     };
     std::thread::Builder::new()
         .name("kiln-otlp-client".to_owned())
-        .spawn(move || {
-            reqwest::blocking::Client::builder()
-                .timeout(timeout)
-                .build()
-        })
+        .spawn(move || reqwest::blocking::Client::builder().timeout(timeout).build())
         .map_err(|e| err(e.to_string()))?
         .join()
         .map_err(|_| err("the thread building it panicked".to_owned()))?
         .map_err(|e| err(e.to_string()))
 }
 
-pub(super) fn http_headers(
-    headers: &[(String, String)],
-) -> Result<Vec<(HeaderName, HeaderValue)>, OtlpError> {
+pub(super) fn http_headers(headers: &[(String, String)]) -> Result<Vec<(HeaderName, HeaderValue)>, OtlpError> {
     let err = |key: &str, reason| OtlpError::Header {
         key: key.to_owned(),
         reason,
@@ -59,12 +53,8 @@ pub(super) fn grpc_headers(headers: &[(String, String)]) -> Result<Vec<GrpcHeade
     headers
         .iter()
         .map(|(k, v)| {
-            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|_| {
-                err(
-                    k,
-                    "invalid gRPC metadata name (binary `-bin` keys unsupported)",
-                )
-            })?;
+            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                .map_err(|_| err(k, "invalid gRPC metadata name (binary `-bin` keys unsupported)"))?;
             let value = MetadataValue::try_from(v.as_str()).map_err(|_| err(k, "invalid value"))?;
             Ok((key, value))
         })
@@ -83,10 +73,7 @@ type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<Response<Bytes>, HttpEr
 
 impl HttpClient for HeadersLast {
     // The `async_trait` signature, written out (the trait is declared with `#[async_trait]`).
-    fn send_bytes<'life0, 'async_trait>(
-        &'life0 self,
-        mut request: Request<Bytes>,
-    ) -> SendFuture<'async_trait>
+    fn send_bytes<'life0, 'async_trait>(&'life0 self, mut request: Request<Bytes>) -> SendFuture<'async_trait>
     where
         'life0: 'async_trait,
         Self: 'async_trait,

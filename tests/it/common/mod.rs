@@ -24,8 +24,7 @@ pub struct Tiny {
 pub fn start_tiny(tweak: impl FnOnce(&mut Config)) -> Tiny {
     let (dir, model_path, config) = tiny_setup(tweak);
     let files = open_model(&model_path).expect("open tiny model");
-    let prepared: kiln::server::PreparedEngine<ModelRunner> =
-        prepare_model(&config, files).expect("prepare");
+    let prepared: kiln::server::PreparedEngine<ModelRunner> = prepare_model(&config, files).expect("prepare");
     let server = TestServer::start(config, prepared).expect("server starts");
     Tiny {
         server,
@@ -93,11 +92,7 @@ impl Tiny {
     }
 
     pub fn get_text(&self, path: &str) -> (u16, String) {
-        let resp = self
-            .client
-            .get(self.server.url(path))
-            .send()
-            .expect("request");
+        let resp = self.client.get(self.server.url(path)).send().expect("request");
         (resp.status().as_u16(), resp.text().expect("body"))
     }
 
@@ -138,8 +133,7 @@ pub fn metric_value(exposition: &str, name: &str, label_fragment: &str) -> Optio
         .filter(|l| !l.starts_with('#'))
         .find(|l| {
             let series = l.rsplit_once(' ').map_or("", |(s, _)| s);
-            (series == name || series.starts_with(&format!("{name}{{")))
-                && series.contains(label_fragment)
+            (series == name || series.starts_with(&format!("{name}{{"))) && series.contains(label_fragment)
         })
         .and_then(|l| l.rsplit_once(' '))
         .and_then(|(_, v)| v.parse().ok())
