@@ -22,7 +22,7 @@ use crate::model::loader::{ModelFiles, open_model};
 use crate::model::weights::build_llama;
 use crate::model::{Backend, default_device};
 use crate::scheduler::actor::SchedulerActor;
-use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::scheduler::{PreemptionMode, Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{
@@ -106,29 +106,19 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), &device)?;
     spinner.finish_and_clear();
 
-    let e = &config.engine;
-    let bytes_per_block = (e.block_size * files.config.kv_bytes_per_token(4)) as u64;
-    let num_blocks = if e.num_gpu_blocks_override > 0 {
-        e.num_gpu_blocks_override
-    } else {
-        (config.kv_cache_bytes() / bytes_per_block) as usize
-    };
-    anyhow::ensure!(
-        num_blocks > 0,
-        "engine.kv_cache_memory ({}) is smaller than one KV block ({bytes_per_block} bytes)",
-        e.kv_cache_memory
-    );
+    let sizing = CacheSizing::new(config, &files.config)?;
     let geometry = CacheGeometry {
         num_layers: files.config.num_layers,
-        num_blocks,
-        block_size: e.block_size,
+        num_blocks: sizing.num_gpu_blocks,
+        block_size: config.engine.block_size,
         kv_dim: files.config.kv_dim(),
     };
     tracing::info!(
-        num_blocks,
-        block_size = e.block_size,
-        tokens = num_blocks * e.block_size,
-        mib = (num_blocks as u64 * bytes_per_block) >> 20,
+        num_blocks = sizing.num_gpu_blocks,
+        block_size = config.engine.block_size,
+        tokens = sizing.num_gpu_blocks * config.engine.block_size,
+        mib = (sizing.num_gpu_blocks as u64 * sizing.bytes_per_block) >> 20,
+        host_blocks = sizing.num_cpu_blocks,
         "KV cache"
     );
     let served_name = if config.server.served_model_name.is_empty() {
@@ -140,8 +130,40 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     } else {
         config.server.served_model_name.clone()
     };
-    let executor = ModelRunner::new(llama, geometry);
-    prepare_engine(config, files, served_name, num_blocks, executor)
+    let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks);
+    prepare_engine(config, files, served_name, executor)
+}
+
+/// How many KV blocks fit the device budget and the host swap pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSizing {
+    pub num_gpu_blocks: usize,
+    pub num_cpu_blocks: usize,
+    pub bytes_per_block: u64,
+}
+
+impl CacheSizing {
+    /// From `engine.kv_cache_memory` (or the override) and `engine.swap_space_gib`, at f32.
+    pub fn new(config: &Config, model: &crate::model::config::LlamaConfig) -> anyhow::Result<Self> {
+        let e = &config.engine;
+        let bytes_per_block = (e.block_size * model.kv_bytes_per_token(4)) as u64;
+        let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
+            e.num_gpu_blocks_override
+        } else {
+            (config.kv_cache_bytes() / bytes_per_block) as usize
+        };
+        anyhow::ensure!(
+            num_gpu_blocks > 0,
+            "engine.kv_cache_memory ({}) is smaller than one KV block ({bytes_per_block} bytes)",
+            e.kv_cache_memory
+        );
+        let num_cpu_blocks = (e.swap_space_gib * (1u64 << 30) as f64 / bytes_per_block as f64) as usize;
+        Ok(Self {
+            num_gpu_blocks,
+            num_cpu_blocks,
+            bytes_per_block,
+        })
+    }
 }
 
 /// Everything but the weights: shared by the real model and test executors.
@@ -149,9 +171,13 @@ pub fn prepare_engine<E: Executor>(
     config: &Config,
     files: ModelFiles,
     served_name: String,
-    num_gpu_blocks: usize,
     executor: E,
 ) -> anyhow::Result<PreparedEngine<E>> {
+    let CacheSizing {
+        num_gpu_blocks,
+        num_cpu_blocks,
+        ..
+    } = CacheSizing::new(config, &files.config)?;
     let max_model_len = match config.engine.max_model_len {
         0 => files.config.max_position_embeddings,
         n => n.min(files.config.max_position_embeddings),
@@ -183,6 +209,13 @@ pub fn prepare_engine<E: Executor>(
             max_waiting: config.engine.max_waiting,
             num_gpu_blocks,
             block_size: config.engine.block_size,
+            num_cpu_blocks,
+            preemption_mode: if config.engine.preemption_mode == "swap" {
+                PreemptionMode::Swap
+            } else {
+                PreemptionMode::Recompute
+            },
+            enable_prefix_caching: config.engine.enable_prefix_caching,
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })
@@ -209,8 +242,8 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
             cache_info: CacheConfigInfo {
                 block_size: prepared.scheduler.block_size as u64,
                 num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
-                num_cpu_blocks: 0,
-                enable_prefix_caching: false,
+                num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
+                enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
             },
         },
         push_readers,

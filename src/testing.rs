@@ -217,28 +217,38 @@ impl Drop for TestServer {
     }
 }
 
-/// Drives a scheduler and an executor directly (no actors) until every request finished;
-/// returns each request's generated tokens, in arrival order of completion.
-pub fn run_to_completion(
-    scheduler: &mut crate::scheduler::Scheduler,
-    executor: &mut impl Executor,
-) -> std::collections::HashMap<String, Vec<u32>> {
+/// What a direct run of the engine produced.
+#[derive(Debug, Default)]
+pub struct EngineRun {
+    /// Each request's generated tokens.
+    pub tokens: std::collections::HashMap<String, Vec<u32>>,
+    pub preemptions: u64,
+    /// The most requests swapped out at once.
+    pub max_swapped: usize,
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
+}
+
+/// Drives a scheduler and an executor directly (no actors) until every request finished.
+pub fn run_to_completion(scheduler: &mut crate::scheduler::Scheduler, executor: &mut impl Executor) -> EngineRun {
     use crate::engine::events::TokenEvent;
-    let mut tokens: std::collections::HashMap<String, Vec<u32>> = std::collections::HashMap::new();
+    let mut run = EngineRun::default();
     while scheduler.has_work() {
         let batch = scheduler.schedule(std::time::Instant::now());
         let output = match executor.execute(&batch) {
             Ok(output) => output,
             Err(e) => panic!("executor failed: {e}"),
         };
-        for (id, event) in scheduler
-            .update_from_output(&batch, output, std::time::Instant::now())
-            .events
-        {
+        let step = scheduler.update_from_output(&batch, output, std::time::Instant::now());
+        run.preemptions += step.scheduler_stats.num_preemptions;
+        run.max_swapped = run.max_swapped.max(step.scheduler_stats.num_swapped);
+        run.prefix_cache_queries += step.scheduler_stats.prefix_cache_queries;
+        run.prefix_cache_hits += step.scheduler_stats.prefix_cache_hits;
+        for (id, event) in step.events {
             if let TokenEvent::Token { id: token, .. } = event {
-                tokens.entry(id).or_default().push(token);
+                run.tokens.entry(id).or_default().push(token);
             }
         }
     }
-    tokens
+    run
 }

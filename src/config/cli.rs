@@ -66,6 +66,15 @@ pub struct ServeArgs {
     /// Requests allowed to wait before new ones get 429.
     #[arg(long, env = "KILN_MAX_WAITING")]
     pub max_waiting: Option<usize>,
+    /// recompute or swap: what happens to a running request when KV blocks run out.
+    #[arg(long, env = "KILN_PREEMPTION_MODE")]
+    pub preemption_mode: Option<String>,
+    /// Host memory in GiB for the swap pool (preemption mode swap).
+    #[arg(long, env = "KILN_SWAP_SPACE")]
+    pub swap_space: Option<f64>,
+    /// Reuse the KV blocks of prompts that start like an earlier one.
+    #[arg(long, env = "KILN_ENABLE_PREFIX_CACHING")]
+    pub enable_prefix_caching: bool,
     #[arg(long, env = "KILN_MAX_REQUEST_BODY_BYTES")]
     pub max_request_body_bytes: Option<usize>,
     /// Turn telemetry off (to measure its cost).
@@ -130,6 +139,11 @@ impl ServeArgs {
         set(&mut c.engine.max_num_batched_tokens, &self.max_num_batched_tokens);
         set(&mut c.engine.max_model_len, &self.max_model_len);
         set(&mut c.engine.max_waiting, &self.max_waiting);
+        set(&mut c.engine.preemption_mode, &self.preemption_mode);
+        set(&mut c.engine.swap_space_gib, &self.swap_space);
+        if self.enable_prefix_caching {
+            c.engine.enable_prefix_caching = true;
+        }
         set(&mut c.telemetry.engine_prefix, &self.engine_prefix);
         set(&mut c.telemetry.log_interval_s, &self.log_interval);
         set(&mut c.telemetry.metrics_listen, &self.metrics_listen);

@@ -58,6 +58,12 @@ pub struct EngineConfig {
     pub max_model_len: usize,
     /// Requests allowed to wait before new ones get 429.
     pub max_waiting: usize,
+    /// "recompute" or "swap": what happens to a running request when blocks run out.
+    pub preemption_mode: String,
+    /// Host memory (GiB) for the swap pool of `preemption_mode = "swap"`.
+    pub swap_space_gib: f64,
+    /// Reuse the KV blocks of prompts that start like an earlier one.
+    pub enable_prefix_caching: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -102,6 +108,9 @@ impl Default for EngineConfig {
             max_num_batched_tokens: 2048,
             max_model_len: 0,
             max_waiting: 1024,
+            preemption_mode: "recompute".into(),
+            swap_space_gib: 4.0,
+            enable_prefix_caching: false,
         }
     }
 }
@@ -179,6 +188,15 @@ impl Config {
                 "engine.max_num_batched_tokens",
                 format!("must be at least max_num_seqs ({})", e.max_num_seqs),
             ));
+        }
+        if !["recompute", "swap"].contains(&e.preemption_mode.as_str()) {
+            return Err(invalid(
+                "engine.preemption_mode",
+                format!("`{}` is not recompute or swap", e.preemption_mode),
+            ));
+        }
+        if !(e.swap_space_gib >= 0.0 && e.swap_space_gib.is_finite()) {
+            return Err(invalid("engine.swap_space_gib", "must be a number of GiB, 0 or more"));
         }
         if e.max_waiting == 0 {
             return Err(invalid("engine.max_waiting", "must be at least 1"));

@@ -2,6 +2,7 @@
 
 pub mod actor;
 pub mod fake;
+pub mod host_pool;
 pub mod model_runner;
 pub mod sampler;
 

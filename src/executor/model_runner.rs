@@ -3,6 +3,7 @@
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use super::host_pool::HostKvPool;
 use super::sampler::{SamplingContext, sample, token_rng};
 use super::{Executor, ExecutorError};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
@@ -13,21 +14,27 @@ use crate::scheduler::output::{ModelOutput, SchedulerOutput};
 pub struct ModelRunner {
     model: Llama<Backend>,
     cache: PagedKvCache<Backend>,
+    host: HostKvPool,
     rng: StdRng,
 }
 
 impl ModelRunner {
-    pub fn new(model: Llama<Backend>, geometry: CacheGeometry) -> Self {
+    /// `host_blocks`: size of the swap pool (0: no swapping).
+    pub fn new(model: Llama<Backend>, geometry: CacheGeometry, host_blocks: usize) -> Self {
         let cache = PagedKvCache::new(geometry, &model.device);
         Self {
             model,
             cache,
+            host: HostKvPool::new(host_blocks),
             rng: StdRng::from_os_rng(),
         }
     }
 
     /// Logits of every sampled sequence, row-major `[rows, vocab]` (for tests and parity).
     pub fn logits(&mut self, batch: &SchedulerOutput) -> Vec<f32> {
+        // Swap-outs first: their device blocks may be reused by this very step.
+        self.host.swap_out(&self.cache, &batch.swap_out);
+        self.host.swap_in(&mut self.cache, &batch.swap_in);
         let seqs: Vec<SequenceBatch> = batch
             .sequences
             .iter()

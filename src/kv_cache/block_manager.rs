@@ -1,27 +1,170 @@
 //! Which physical KV blocks each sequence owns. Pure bookkeeping: no tensors here.
 //!
+//! Modelled on vLLM's KV-cache manager (v1): device blocks are reference counted, every FULL
+//! block can be registered in a prefix cache under a hash chaining its parent's hash and its own
+//! token ids, and a cached block whose last holder frees it stays cached ("evictable") until its
+//! slot is needed. On top of that, a host pool for vLLM v0's swap preemption.
+//!
 //! Running out of blocks is a value (`None`), never an error: the scheduler then preempts.
+//!
+//! Invariants (the tests check them after every operation):
+//! - every device block is exactly one of: held (ref count > 0), plain free, or evictable (ref
+//!   count 0 but still cached); every host block is either free or held by one swapped request;
+//! - a block's ref count is the number of block tables holding it;
+//! - only full, computed blocks are cached, and only cached blocks are shared. A request appends
+//!   tokens at positions past its last full computed block, and `allocate_cached_prefix` pins
+//!   whole blocks only, so appends always land in blocks the request alone holds and that are
+//!   not cached.
+//!
+//! Allocation order: plain free blocks first (oldest freed first), then evictable cached blocks
+//! in LRU order. Unlike vLLM's single free queue, a warm prefix is never evicted while a block
+//! that caches nothing is available.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::engine::types::RequestId;
 
-/// Hands out fixed-size blocks of KV slots from a fixed pool.
+/// Identity of a full block's contents: the hash of (parent block's hash, this block's token
+/// ids), so equal hashes mean equal token prefixes (up to 64-bit collisions, as in vLLM).
+type BlockHash = u64;
+
+fn hash_block(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
+    let mut hasher = DefaultHasher::new();
+    parent.hash(&mut hasher);
+    tokens.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Sizes of both pools and whether full blocks are shared between requests by content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockManagerConfig {
+    pub num_gpu_blocks: usize,
+    /// Host blocks for swap preemption; 0 disables swapping.
+    pub num_cpu_blocks: usize,
+    pub block_size: usize,
+    pub enable_prefix_caching: bool,
+}
+
+/// A request's device blocks, and the hashes of its leading full blocks that
+/// `cache_full_blocks` has already seen (so each call only hashes the new ones).
+#[derive(Debug, Default)]
+struct Table {
+    blocks: Vec<u32>,
+    hashes: Vec<BlockHash>,
+}
+
+/// The prefix cache: hash -> block, and the evictable (free but cached) blocks in LRU order.
+#[derive(Debug)]
+struct PrefixCache {
+    by_hash: HashMap<BlockHash, u32>,
+    /// Per device block: the hash it is cached under.
+    hash_of: Vec<Option<BlockHash>>,
+    /// Evictable blocks keyed by the tick at which they were freed; the first is evicted first.
+    lru: BTreeMap<u64, u32>,
+    /// Per device block: its key in `lru` while evictable.
+    lru_tick: Vec<Option<u64>>,
+    tick: u64,
+}
+
+impl PrefixCache {
+    fn new(num_blocks: usize) -> Self {
+        Self {
+            by_hash: HashMap::new(),
+            hash_of: vec![None; num_blocks],
+            lru: BTreeMap::new(),
+            lru_tick: vec![None; num_blocks],
+            tick: 0,
+        }
+    }
+
+    fn is_cached(&self, block: u32) -> bool {
+        self.hash_of[block as usize].is_some()
+    }
+
+    /// Caches `block` under `hash`, unless that hash already has a block (no duplicates).
+    fn insert(&mut self, block: u32, hash: BlockHash) {
+        debug_assert!(!self.is_cached(block), "block {block} cached twice");
+        if let Entry::Vacant(slot) = self.by_hash.entry(hash) {
+            slot.insert(block);
+            self.hash_of[block as usize] = Some(hash);
+        }
+    }
+
+    /// A cached block's last holder freed it: it becomes evictable, newest last.
+    fn park(&mut self, block: u32) {
+        self.tick += 1;
+        self.lru.insert(self.tick, block);
+        self.lru_tick[block as usize] = Some(self.tick);
+    }
+
+    /// A request pinned `block` again; no-op when it was held already.
+    fn unpark(&mut self, block: u32) {
+        if let Some(tick) = self.lru_tick[block as usize].take() {
+            self.lru.remove(&tick);
+        }
+    }
+
+    /// Takes the least recently freed evictable block and forgets what it cached.
+    fn evict(&mut self) -> Option<u32> {
+        let (_, block) = self.lru.pop_first()?;
+        self.lru_tick[block as usize] = None;
+        let hash = self.hash_of[block as usize]
+            .take()
+            .expect("evictable blocks are cached");
+        self.by_hash.remove(&hash);
+        tracing::trace!(block, "evicted cached block");
+        Some(block)
+    }
+}
+
+/// Hands out fixed-size blocks of KV slots from a device pool, shares full blocks by content,
+/// and parks preempted requests' blocks in a host pool.
 #[derive(Debug)]
 pub struct BlockManager {
     block_size: usize,
     num_blocks: usize,
+    enable_prefix_caching: bool,
+    ref_cnt: Vec<u32>,
+    /// Free blocks that cache nothing, oldest freed first.
     free: VecDeque<u32>,
-    tables: HashMap<RequestId, Vec<u32>>,
+    cache: PrefixCache,
+    tables: HashMap<RequestId, Table>,
+    num_cpu_blocks: usize,
+    cpu_free: VecDeque<u32>,
+    /// Swapped-out requests' host blocks, in block-table order.
+    swapped: HashMap<RequestId, Vec<u32>>,
+    queried_tokens: u64,
+    hit_tokens: u64,
 }
 
 impl BlockManager {
+    /// A device pool only: no host pool, no prefix caching.
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
-        Self {
+        Self::with_config(BlockManagerConfig {
+            num_gpu_blocks: num_blocks,
+            num_cpu_blocks: 0,
             block_size,
-            num_blocks,
-            free: (0..num_blocks as u32).collect(),
+            enable_prefix_caching: false,
+        })
+    }
+
+    pub fn with_config(cfg: BlockManagerConfig) -> Self {
+        assert!(cfg.block_size > 0, "block_size must be positive");
+        Self {
+            block_size: cfg.block_size,
+            num_blocks: cfg.num_gpu_blocks,
+            enable_prefix_caching: cfg.enable_prefix_caching,
+            ref_cnt: vec![0; cfg.num_gpu_blocks],
+            free: (0..cfg.num_gpu_blocks as u32).collect(),
+            cache: PrefixCache::new(cfg.num_gpu_blocks),
             tables: HashMap::new(),
+            num_cpu_blocks: cfg.num_cpu_blocks,
+            cpu_free: (0..cfg.num_cpu_blocks as u32).collect(),
+            swapped: HashMap::new(),
+            queried_tokens: 0,
+            hit_tokens: 0,
         }
     }
 
@@ -33,8 +176,18 @@ impl BlockManager {
         self.num_blocks
     }
 
+    pub fn num_cpu_blocks(&self) -> usize {
+        self.num_cpu_blocks
+    }
+
+    /// Device blocks that can be allocated now: plain free plus evictable cached ones.
     pub fn num_free_blocks(&self) -> usize {
-        self.free.len()
+        self.free.len() + self.cache.lru.len()
+    }
+
+    /// Blocks registered in the prefix cache, held or evictable.
+    pub fn num_cached_blocks(&self) -> usize {
+        self.cache.by_hash.len()
     }
 
     /// Blocks needed to hold `tokens` tokens.
@@ -42,76 +195,203 @@ impl BlockManager {
         tokens.div_ceil(self.block_size)
     }
 
+    /// Prefix lookup for a request that holds no blocks yet: pins the longest run of cached full
+    /// blocks matching the start of `tokens` into `id`'s table and returns the tokens they cover
+    /// (a multiple of `block_size`). At least one token is left to compute, because the model
+    /// must run on the last prompt token to sample: a prompt of exactly k full blocks reuses at
+    /// most k-1. Returns 0, touching nothing, when caching is off or `id` holds blocks already.
+    pub fn allocate_cached_prefix(&mut self, id: &RequestId, tokens: &[u32]) -> usize {
+        let holds_blocks = self.tables.get(id).is_some_and(|t| !t.blocks.is_empty());
+        if !self.enable_prefix_caching || holds_blocks || self.swapped.contains_key(id) {
+            return 0;
+        }
+        self.queried_tokens += tokens.len() as u64;
+        let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
+        let mut table = Table::default();
+        for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
+            let hash = hash_block(table.hashes.last().copied(), chunk);
+            let Some(&block) = self.cache.by_hash.get(&hash) else {
+                break;
+            };
+            self.cache.unpark(block);
+            self.ref_cnt[block as usize] += 1;
+            table.blocks.push(block);
+            table.hashes.push(hash);
+        }
+        let hit = table.blocks.len() * self.block_size;
+        self.hit_tokens += hit as u64;
+        if hit > 0 {
+            self.tables.insert(id.clone(), table);
+        }
+        hit
+    }
+
     /// Grows `id`'s table so it covers `total_tokens` tokens. Returns the blocks added, or
-    /// `None` (allocating nothing) when the pool cannot cover it.
+    /// `None` (allocating nothing) when the pool cannot cover it. Plain free blocks are taken
+    /// before evictable cached ones (see the module doc).
     pub fn allocate_slots(&mut self, id: &RequestId, total_tokens: usize) -> Option<Vec<u32>> {
-        let have = self.tables.get(id).map_or(0, Vec::len);
+        let have = self.tables.get(id).map_or(0, |t| t.blocks.len());
         let need = self.blocks_for(total_tokens).saturating_sub(have);
-        if need > self.free.len() {
+        if need > self.num_free_blocks() {
             return None;
         }
-        let new: Vec<u32> = self.free.drain(..need).collect();
-        self.tables.entry(id.clone()).or_default().extend_from_slice(&new);
+        let new: Vec<u32> = (0..need).map(|_| self.take_block()).collect();
+        self.tables
+            .entry(id.clone())
+            .or_default()
+            .blocks
+            .extend_from_slice(&new);
         Some(new)
+    }
+
+    /// One free block, held once. The caller checked `num_free_blocks`.
+    fn take_block(&mut self) -> u32 {
+        let block = self
+            .free
+            .pop_front()
+            .or_else(|| self.cache.evict())
+            .expect("caller checked num_free_blocks");
+        self.ref_cnt[block as usize] = 1;
+        block
+    }
+
+    /// Registers every newly full block of `id` (the first `num_computed` tokens of `tokens`,
+    /// prompt ++ generated, have their K/V written) in the prefix cache. A block whose hash
+    /// another block already caches stays uncached. No-op when caching is off.
+    pub fn cache_full_blocks(&mut self, id: &RequestId, tokens: &[u32], num_computed: usize) {
+        if !self.enable_prefix_caching {
+            return;
+        }
+        let Some(table) = self.tables.get_mut(id) else {
+            return;
+        };
+        let num_full = (num_computed.min(tokens.len()) / self.block_size).min(table.blocks.len());
+        for i in table.hashes.len()..num_full {
+            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            let hash = hash_block(table.hashes.last().copied(), chunk);
+            table.hashes.push(hash);
+            self.cache.insert(table.blocks[i], hash);
+        }
     }
 
     /// The block table of `id` (empty when it holds none).
     pub fn block_table(&self, id: &RequestId) -> &[u32] {
-        self.tables.get(id).map_or(&[], Vec::as_slice)
+        self.tables.get(id).map_or(&[], |t| t.blocks.as_slice())
     }
 
-    /// Returns every block of `id` to the pool; a no-op when it holds none.
+    /// Releases `id`'s device blocks; a no-op when it holds none (a swapped request's host
+    /// blocks need `free_swapped`). Blocks go tail first, so among cached blocks a sequence's
+    /// last block is evicted before its prefix, which other requests are likelier to share.
     pub fn free(&mut self, id: &RequestId) {
-        if let Some(blocks) = self.tables.remove(id) {
-            self.free.extend(blocks);
+        if let Some(table) = self.tables.remove(id) {
+            self.release(&table.blocks);
         }
     }
 
-    /// Blocks in use / all blocks, 0..1.
+    fn release(&mut self, blocks: &[u32]) {
+        for &block in blocks.iter().rev() {
+            let count = &mut self.ref_cnt[block as usize];
+            *count -= 1;
+            if *count == 0 {
+                if self.cache.is_cached(block) {
+                    self.cache.park(block);
+                } else {
+                    self.free.push_back(block);
+                }
+            }
+        }
+    }
+
+    /// Swap preemption: moves every block of `id` to the host pool and returns (device, host)
+    /// pairs, which the caller must copy before any freed device block is written again (i.e.
+    /// before the next forward pass). `None`, changing nothing, when `id` holds no blocks, the
+    /// host pool lacks room, or `id` shares a block (the caller then preempts by recompute).
+    /// Cached blocks stay cached as evictable: their device contents are still valid.
+    pub fn swap_out(&mut self, id: &RequestId) -> Option<Vec<(u32, u32)>> {
+        let table = self.tables.get(id).filter(|t| !t.blocks.is_empty())?;
+        let shared = table.blocks.iter().any(|&b| self.ref_cnt[b as usize] > 1);
+        if shared || table.blocks.len() > self.cpu_free.len() {
+            return None;
+        }
+        let table = self.tables.remove(id).expect("checked above");
+        let host: Vec<u32> = self.cpu_free.drain(..table.blocks.len()).collect();
+        self.release(&table.blocks);
+        let pairs = table.blocks.iter().copied().zip(host.iter().copied()).collect();
+        tracing::debug!(%id, blocks = host.len(), "swapped out");
+        self.swapped.insert(id.clone(), host);
+        Some(pairs)
+    }
+
+    /// Whether the device has room to bring swapped `id` back now.
+    pub fn can_swap_in(&self, id: &RequestId) -> bool {
+        self.swapped
+            .get(id)
+            .is_some_and(|host| host.len() <= self.num_free_blocks())
+    }
+
+    /// Brings swapped `id` back into fresh device blocks and frees its host blocks. Returns
+    /// (host, device) pairs to copy before `id` runs again; `None`, changing nothing, when `id`
+    /// is not swapped or the device lacks room. The new blocks are not cached until the next
+    /// `cache_full_blocks`, i.e. until after the copies have run.
+    pub fn swap_in(&mut self, id: &RequestId) -> Option<Vec<(u32, u32)>> {
+        if !self.can_swap_in(id) {
+            return None;
+        }
+        let host = self.swapped.remove(id).expect("checked above");
+        let device: Vec<u32> = host.iter().map(|_| self.take_block()).collect();
+        self.cpu_free.extend(&host);
+        let pairs = host.into_iter().zip(device.iter().copied()).collect();
+        tracing::debug!(%id, blocks = device.len(), "swapped in");
+        let table = Table {
+            blocks: device,
+            hashes: Vec::new(),
+        };
+        self.tables.insert(id.clone(), table);
+        Some(pairs)
+    }
+
+    pub fn is_swapped(&self, id: &RequestId) -> bool {
+        self.swapped.contains_key(id)
+    }
+
+    /// Drops a swapped request's host blocks (abort while swapped); a no-op otherwise.
+    pub fn free_swapped(&mut self, id: &RequestId) {
+        if let Some(host) = self.swapped.remove(id) {
+            self.cpu_free.extend(host);
+        }
+    }
+
+    /// Device blocks held by requests / all device blocks, 0..1. Evictable cached blocks are
+    /// not in use: an idle server with a warm prefix cache reports 0.
     pub fn usage(&self) -> f64 {
         if self.num_blocks == 0 {
             return 0.0;
         }
-        (self.num_blocks - self.free.len()) as f64 / self.num_blocks as f64
+        (self.num_blocks - self.num_free_blocks()) as f64 / self.num_blocks as f64
     }
 
-    /// Number of sequences holding blocks (for leak checks).
+    /// Host blocks held by swapped requests / all host blocks (0 when there are none).
+    pub fn cpu_usage(&self) -> f64 {
+        if self.num_cpu_blocks == 0 {
+            return 0.0;
+        }
+        (self.num_cpu_blocks - self.cpu_free.len()) as f64 / self.num_cpu_blocks as f64
+    }
+
+    /// (prompt tokens queried, tokens found cached) since the last call.
+    pub fn take_prefix_stats(&mut self) -> (u64, u64) {
+        (
+            std::mem::take(&mut self.queried_tokens),
+            std::mem::take(&mut self.hit_tokens),
+        )
+    }
+
+    /// Requests holding blocks in either pool (for leak checks).
     pub fn num_owners(&self) -> usize {
-        self.tables.len()
+        self.tables.len() + self.swapped.len()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allocation_is_all_or_nothing_and_free_returns_everything() {
-        let mut bm = BlockManager::new(4, 16);
-        let a: RequestId = "a".into();
-        let b: RequestId = "b".into();
-        assert_eq!(bm.allocate_slots(&a, 17).map(|v| v.len()), Some(2));
-        assert_eq!(bm.allocate_slots(&a, 32), Some(vec![])); // already covered
-        assert_eq!(bm.allocate_slots(&b, 48), None); // needs 3, 2 free
-        assert_eq!(bm.num_free_blocks(), 2);
-        assert!(bm.block_table(&b).is_empty());
-        assert_eq!(bm.usage(), 0.5);
-        bm.free(&a);
-        assert_eq!(bm.num_free_blocks(), 4);
-        assert_eq!(bm.usage(), 0.0);
-        assert_eq!(bm.num_owners(), 0);
-    }
-
-    #[test]
-    fn tables_never_share_blocks() {
-        let mut bm = BlockManager::new(8, 4);
-        let ids: Vec<RequestId> = (0..4).map(|i| format!("r{i}")).collect();
-        for id in &ids {
-            bm.allocate_slots(id, 7).expect("fits");
-        }
-        let mut all: Vec<u32> = ids.iter().flat_map(|id| bm.block_table(id).to_vec()).collect();
-        all.sort_unstable();
-        all.dedup();
-        assert_eq!(all.len(), 8);
-    }
-}
+#[path = "block_manager_tests.rs"]
+mod tests;

@@ -6,5 +6,5 @@ pub mod policy;
 pub mod request;
 mod timing;
 
-pub use policy::{Scheduler, SchedulerConfig, StepResult};
+pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
 pub use request::NewRequest;

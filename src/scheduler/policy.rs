@@ -1,5 +1,6 @@
 //! The scheduler's policy as a plain struct with synchronous methods: continuous batching,
-//! FCFS admission, chunked prefill within the token budget, preemption by recompute.
+//! FCFS admission, chunked prefill within the token budget, preemption by swap or recompute,
+//! prefix caching.
 //! Tests drive it directly; `SchedulerActor` is a thin shell around it.
 
 use std::collections::VecDeque;
@@ -11,7 +12,7 @@ use super::request::{NewRequest, Request};
 use crate::engine::events::{EngineError, TokenEvent, TokenUsage};
 use crate::engine::messages::AbortReason;
 use crate::engine::types::{FinishReason, RequestId};
-use crate::kv_cache::block_manager::BlockManager;
+use crate::kv_cache::block_manager::{BlockManager, BlockManagerConfig};
 use crate::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
 
 /// Limits the scheduler enforces.
@@ -24,6 +25,20 @@ pub struct SchedulerConfig {
     pub max_waiting: usize,
     pub num_gpu_blocks: usize,
     pub block_size: usize,
+    /// Host swap-pool blocks (0: swapping falls back to recompute).
+    pub num_cpu_blocks: usize,
+    pub preemption_mode: PreemptionMode,
+    pub enable_prefix_caching: bool,
+}
+
+/// What preemption does with a request's KV blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreemptionMode {
+    /// Free them; the request's tokens are recomputed when it runs again.
+    #[default]
+    Recompute,
+    /// Copy them to the host pool and back (recompute when the pool is full).
+    Swap,
 }
 
 /// Events for requests plus the step's stats.
@@ -41,6 +56,8 @@ pub struct Scheduler {
     blocks: BlockManager,
     waiting: VecDeque<Request>,
     running: Vec<Request>,
+    /// Preempted by swap, oldest first; their blocks sit in the host pool.
+    swapped: VecDeque<Request>,
     /// Tokens that end generation unless `ignore_eos` (EOS and end-of-turn tokens).
     end_of_generation: Vec<u32>,
     /// Finished-request stats and preemptions not yet reported in a `StepResult`.
@@ -50,12 +67,18 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig, end_of_generation: Vec<u32>) -> Self {
-        let blocks = BlockManager::new(config.num_gpu_blocks, config.block_size);
+        let blocks = BlockManager::with_config(BlockManagerConfig {
+            num_gpu_blocks: config.num_gpu_blocks,
+            num_cpu_blocks: config.num_cpu_blocks,
+            block_size: config.block_size,
+            enable_prefix_caching: config.enable_prefix_caching,
+        });
         Self {
             config,
             blocks,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            swapped: VecDeque::new(),
             end_of_generation,
             pending: IterationStats::default(),
             preemptions: 0,
@@ -86,7 +109,7 @@ impl Scheduler {
     }
 
     pub fn has_work(&self) -> bool {
-        !self.waiting.is_empty() || !self.running.is_empty()
+        !self.waiting.is_empty() || !self.running.is_empty() || !self.swapped.is_empty()
     }
 
     pub fn num_running(&self) -> usize {
@@ -98,11 +121,12 @@ impl Scheduler {
     }
 
     /// Chooses the next batch: running requests first (decodes and prompt chunks), then
-    /// waiting ones in arrival order while the token budget, the sequence limit and the
-    /// cache allow. When blocks run out, the newest running request is preempted.
+    /// swapped ones back in, then waiting ones in arrival order, while the token budget, the
+    /// sequence limit and the cache allow. When blocks run out, the newest running request is
+    /// preempted (swapped out, or recomputed later).
     pub fn schedule(&mut self, now: Instant) -> SchedulerOutput {
+        let mut out = SchedulerOutput::default();
         let mut budget = self.config.max_num_batched_tokens;
-        let mut sequences = Vec::new();
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -111,7 +135,7 @@ impl Scheduler {
             let mut fits = true;
             while self.blocks.allocate_slots(&self.running[i].id, target).is_none() {
                 let victim = self.running.len() - 1;
-                self.preempt_by_recompute(victim);
+                self.preempt(victim, &mut out);
                 preempted = true;
                 if victim == i {
                     fits = false;
@@ -122,32 +146,83 @@ impl Scheduler {
                 break;
             }
             budget -= num_new;
-            sequences.push(self.scheduled(&self.running[i], num_new));
+            out.sequences.push(self.scheduled(&self.running[i], num_new));
             i += 1;
         }
-        // Admitting new work in a step that had to preempt would only thrash.
-        while !preempted && budget > 0 && self.running.len() < self.config.max_num_seqs {
-            let Some(request) = self.waiting.front() else {
+        // Admitting work in a step that had to preempt would only thrash.
+        if !preempted {
+            self.swap_in_swapped(&mut out, &mut budget);
+        }
+        // Swapped requests are older than waiting ones: they come back first (FCFS).
+        while !preempted && self.swapped.is_empty() && budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(request) = self.waiting.front_mut() else {
                 break;
             };
+            if request.num_computed == 0 && self.config.enable_prefix_caching {
+                let tokens = request.tokens(0, request.total_len());
+                request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
+            }
             let num_new = (request.total_len() - request.num_computed).min(budget);
             if self
                 .blocks
                 .allocate_slots(&request.id, request.num_computed + num_new)
                 .is_none()
             {
+                // Give back any pinned prefix blocks; the lookup is repeated next step.
+                self.blocks.free(&request.id);
+                request.num_computed = 0;
                 break;
             }
             let mut request = self.waiting.pop_front().expect("front exists");
             request.timestamps.scheduled.get_or_insert(now);
             budget -= num_new;
-            sequences.push(self.scheduled(&request, num_new));
+            out.sequences.push(self.scheduled(&request, num_new));
             self.running.push(request);
         }
-        SchedulerOutput {
-            sequences,
-            ..Default::default()
+        out
+    }
+
+    /// Brings swapped requests back while their blocks, one more token each, the budget and
+    /// the sequence limit fit.
+    fn swap_in_swapped(&mut self, out: &mut SchedulerOutput, budget: &mut usize) {
+        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(request) = self.swapped.front() else {
+                break;
+            };
+            let num_new = (request.total_len() - request.num_computed).min(*budget);
+            let needed = self.blocks.blocks_for(request.num_computed + num_new);
+            if !self.blocks.can_swap_in(&request.id) || self.blocks.num_free_blocks() < needed {
+                break;
+            }
+            let Some(pairs) = self.blocks.swap_in(&request.id) else {
+                break;
+            };
+            out.swap_in.extend(pairs);
+            let request = self.swapped.pop_front().expect("front exists");
+            let target = request.num_computed + num_new;
+            // Checked above: the free blocks cover the swapped table plus the new tokens.
+            let grown = self.blocks.allocate_slots(&request.id, target);
+            debug_assert!(grown.is_some(), "room for a swapped-in request was checked");
+            *budget -= num_new;
+            out.sequences.push(self.scheduled(&request, num_new));
+            self.running.push(request);
         }
+    }
+
+    /// Preempts a running request: swaps its blocks to the host pool when that mode is on
+    /// and the pool has room, else frees them for a later recompute.
+    fn preempt(&mut self, index: usize, out: &mut SchedulerOutput) {
+        self.preemptions += 1;
+        if self.config.preemption_mode == PreemptionMode::Swap
+            && let Some(pairs) = self.blocks.swap_out(&self.running[index].id)
+        {
+            out.swap_out.extend(pairs);
+            let request = self.running.remove(index);
+            tracing::debug!(id = %request.id, "preempted (swap)");
+            self.swapped.push_back(request);
+            return;
+        }
+        self.preempt_by_recompute(index);
     }
 
     fn scheduled(&self, request: &Request, num_new: usize) -> ScheduledSequence {
@@ -170,7 +245,6 @@ impl Scheduler {
         let mut request = self.running.remove(index);
         self.blocks.free(&request.id);
         request.num_computed = 0;
-        self.preemptions += 1;
         tracing::debug!(id = %request.id, "preempted (recompute)");
         self.waiting.push_front(request);
     }
@@ -192,6 +266,11 @@ impl Scheduler {
             request.num_computed += seq.token_ids.len();
             iteration.num_prefill_tokens_computed +=
                 (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
+            if self.config.enable_prefix_caching {
+                let tokens = request.tokens(0, request.num_computed);
+                self.blocks
+                    .cache_full_blocks(&request.id, &tokens, request.num_computed);
+            }
             let Some(sampled) = sampled else { continue };
             if !request.prefill_counted {
                 request.prefill_counted = true;
@@ -291,6 +370,9 @@ impl Scheduler {
         };
         let request = if let Some(i) = self.running.iter().position(|r| &r.id == id) {
             self.running.remove(i)
+        } else if let Some(i) = self.swapped.iter().position(|r| &r.id == id) {
+            self.blocks.free_swapped(id);
+            self.swapped.remove(i)?
         } else {
             let i = self.waiting.iter().position(|r| &r.id == id)?;
             self.waiting.remove(i)?
@@ -329,21 +411,24 @@ impl Scheduler {
         SchedulerStats {
             num_running: self.running.len(),
             num_waiting: self.waiting.len(),
+            num_swapped: self.swapped.len(),
             kv_cache_usage: self.blocks.usage(),
+            cpu_cache_usage: self.blocks.cpu_usage(),
             ..SchedulerStats::default()
         }
     }
 
-    /// Gauges now, and the preemptions since the last call.
+    /// Gauges now, and the preemptions and prefix-cache lookups since the last call.
     pub fn make_stats(&mut self) -> SchedulerStats {
+        let (queries, hits) = self.blocks.take_prefix_stats();
         SchedulerStats {
             num_running: self.running.len(),
             num_waiting: self.waiting.len(),
-            num_swapped: 0,
+            num_swapped: self.swapped.len(),
             kv_cache_usage: self.blocks.usage(),
-            cpu_cache_usage: 0.0,
-            prefix_cache_queries: 0,
-            prefix_cache_hits: 0,
+            cpu_cache_usage: self.blocks.cpu_usage(),
+            prefix_cache_queries: queries,
+            prefix_cache_hits: hits,
             num_preemptions: std::mem::take(&mut self.preemptions),
         }
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Scheduler, SchedulerConfig};
+use super::{PreemptionMode, Scheduler, SchedulerConfig};
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::AbortReason;
 use crate::engine::sampling_params::SamplingParams;
@@ -25,6 +25,9 @@ fn config(blocks: usize) -> SchedulerConfig {
         max_waiting: 1000,
         num_gpu_blocks: blocks,
         block_size: 4,
+        num_cpu_blocks: 0,
+        preemption_mode: PreemptionMode::Recompute,
+        enable_prefix_caching: false,
     }
 }
 
@@ -229,17 +232,35 @@ fn a_failed_batch_fails_every_running_request_once() {
 }
 
 /// Thousands of random arrivals, lengths and aborts: every request ends exactly once with a
-/// reason that matches what happened to it, and no block leaks.
+/// reason that matches what happened to it, and no block leaks, in every preemption mode.
 #[test]
 fn random_simulation_finishes_every_request_exactly_once() {
+    for (mode, cpu_blocks, prefix) in [
+        (PreemptionMode::Recompute, 0, false),
+        (PreemptionMode::Swap, 24, false),
+        (PreemptionMode::Swap, 8, true),
+        (PreemptionMode::Recompute, 0, true),
+    ] {
+        let mut cfg = config(40);
+        cfg.preemption_mode = mode;
+        cfg.num_cpu_blocks = cpu_blocks;
+        cfg.enable_prefix_caching = prefix;
+        simulate(cfg, 2000);
+    }
+}
+
+fn simulate(cfg: SchedulerConfig, total: usize) {
+    let label = format!(
+        "{:?}/{} host/prefix {}",
+        cfg.preemption_mode, cfg.num_cpu_blocks, cfg.enable_prefix_caching
+    );
     let mut rng = StdRng::seed_from_u64(42);
-    let mut s = Scheduler::new(config(40), vec![EOS]);
+    let mut s = Scheduler::new(cfg, vec![EOS]);
     let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
     let mut finished: HashMap<String, (FinishReason, usize)> = HashMap::new();
     let mut aborted = std::collections::HashSet::new();
     let mut admitted = Vec::new();
-    let total = 2000;
-    let mut next = 0;
+    let (mut next, mut swapped_seen, mut hits) = (0, 0, 0);
     let record = |id: String, e: TokenEvent, finished: &mut HashMap<String, (FinishReason, usize)>| {
         if let TokenEvent::Finished { reason, usage, .. } = e {
             assert!(
@@ -256,7 +277,12 @@ fn random_simulation_finishes_every_request_exactly_once() {
         for _ in 0..rng.random_range(0..4) {
             if next < total {
                 let id = format!("r{next}");
-                let r = request(&id, rng.random_range(1..60), rng.random_range(1..30));
+                let mut r = request(&id, rng.random_range(1..60), rng.random_range(1..30));
+                // A few shared openings so prefix caching has something to find.
+                let opening = rng.random_range(0..3u32);
+                for (k, t) in r.prompt_token_ids.iter_mut().enumerate().take(12) {
+                    *t = opening * 13 + k as u32;
+                }
                 if s.add(r, t).is_ok() {
                     admitted.push(id);
                 }
@@ -275,18 +301,59 @@ fn random_simulation_finishes_every_request_exactly_once() {
         }
         let batch = s.schedule(t);
         let out = fake.execute(&batch).expect("runs");
-        for (id, e) in s.update_from_output(&batch, out, t).events {
+        let step = s.update_from_output(&batch, out, t);
+        swapped_seen = swapped_seen.max(step.scheduler_stats.num_swapped);
+        hits += step.scheduler_stats.prefix_cache_hits;
+        for (id, e) in step.events {
             record(id, e, &mut finished);
         }
     }
-    assert_eq!(finished.len(), admitted.len());
+    assert_eq!(finished.len(), admitted.len(), "{label}");
     for (id, (reason, _)) in &finished {
         let expected = if aborted.contains(id) {
             FinishReason::Abort
         } else {
             FinishReason::Length
         };
-        assert_eq!(*reason, expected, "{id}");
+        assert_eq!(*reason, expected, "{label}: {id}");
     }
-    assert_eq!(s.num_block_owners(), 0);
+    assert_eq!(s.num_block_owners(), 0, "{label}");
+    let stats = s.make_stats();
+    assert_eq!(
+        (stats.kv_cache_usage, stats.cpu_cache_usage, stats.num_swapped),
+        (0.0, 0.0, 0),
+        "{label}"
+    );
+    if s.config().preemption_mode == PreemptionMode::Swap {
+        assert!(swapped_seen > 0, "{label}: never swapped");
+    }
+    if s.config().enable_prefix_caching {
+        assert!(hits > 0, "{label}: no prefix hits");
+    }
+}
+
+#[test]
+fn a_long_request_finishes_under_a_steady_stream_of_short_ones() {
+    let mut s = Scheduler::new(config(40), vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    s.add(request("long", 60, 60), Instant::now()).expect("admitted");
+    let mut n = 0;
+    for step in 0..2000 {
+        for _ in 0..2 {
+            n += 1;
+            let _ = s.add(request(&format!("short{n}"), 4, 2), Instant::now());
+        }
+        let batch = s.schedule(Instant::now());
+        let out = fake.execute(&batch).expect("runs");
+        let done = s
+            .update_from_output(&batch, out, Instant::now())
+            .events
+            .iter()
+            .any(|(id, e)| id == "long" && matches!(e, TokenEvent::Finished { .. }));
+        if done {
+            assert!(step < 200, "the long request took {step} steps");
+            return;
+        }
+    }
+    panic!("the long request never finished");
 }

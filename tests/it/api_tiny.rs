@@ -5,7 +5,7 @@ use std::io::Read;
 
 use std::time::Duration;
 
-use crate::common::{metric_value, start_fake, start_tiny};
+use crate::common::{metric_value, scrape_until, start_fake, start_tiny};
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
@@ -260,8 +260,9 @@ fn a_dropped_stream_is_aborted_and_frees_its_blocks() {
     let idle = t.wait_for_load(|l| l["running"] == 0 && l["kv_cache_usage"] == 0.0);
     assert_eq!(idle["running"], 0, "{idle}");
     assert_eq!(idle["kv_cache_usage"], 0.0, "{idle}");
-    let (_, metrics) = t.get_text("/metrics");
-    let aborted = metric_value(&metrics, "vllm:request_success_total", "finished_reason=\"abort\"");
+    let abort = |m: &str| metric_value(m, "vllm:request_success_total", "finished_reason=\"abort\"");
+    let metrics = scrape_until(&t, |m| abort(m) == Some(1.0));
+    let aborted = abort(&metrics);
     assert_eq!(aborted, Some(1.0), "{metrics}");
 }
 

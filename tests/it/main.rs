@@ -8,5 +8,6 @@ mod otlp_env_headers;
 mod otlp_logs;
 mod otlp_push;
 mod reference_parity;
+mod scheduler_pressure;
 mod telemetry;
 mod telemetry_external;

@@ -101,7 +101,7 @@ fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
         scheduler
             .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
             .expect("admitted");
-        let out = run_to_completion(&mut scheduler, &mut runner);
+        let out = run_to_completion(&mut scheduler, &mut runner).tokens;
         let stable = case["stable_prefix_tokens"].as_u64().expect("stable") as usize;
         let expected = ids(&case["greedy_ids"]);
         assert_eq!(&out[name][..stable], &expected[..stable], "case {name}");
@@ -114,7 +114,7 @@ fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
             .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
             .expect("admitted");
     }
-    let batched = run_to_completion(&mut scheduler, &mut runner);
+    let batched = run_to_completion(&mut scheduler, &mut runner).tokens;
     for (case, alone) in cases.iter().zip(&alone) {
         let name = case["name"].as_str().expect("name");
         assert_eq!(&batched[name], alone, "case {name}: batched output differs from alone");

@@ -3,12 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
-use crate::common::{Tiny, metric_value, start_fake, start_tiny};
+use crate::common::{Tiny, metric_value, scrape_until, start_fake, start_tiny};
 
 /// `# TYPE` of every family in an exposition.
 fn families(text: &str) -> BTreeMap<String, String> {
@@ -32,18 +32,6 @@ fn sum_over(text: &str, name: &str) -> f64 {
         .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
         .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
         .sum()
-}
-
-/// Scrapes until `done` holds (the stats actor records asynchronously) or the deadline.
-fn scrape_until(t: &Tiny, done: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, text) = t.get_text("/metrics");
-        if done(&text) || Instant::now() > deadline {
-            return text;
-        }
-        std::thread::yield_now();
-    }
 }
 
 const ENGINE: &[(&str, &str)] = &[
@@ -367,8 +355,10 @@ fn an_executor_panic_fails_its_batch_and_the_server_carries_on() {
     assert_eq!(body["error"]["type"], "server_error");
     let (status, _) = t.post("/v1/completions", &json!({"prompt": [1, 2, 3], "max_tokens": 4}));
     assert_eq!(status, 200);
+    // The stats actor hears of the second request's end after its client does: wait for it.
     let text = scrape_until(&t, |m| {
         metric_value(m, "vllm:request_success_total", "finished_reason=\"error\"") == Some(1.0)
+            && metric_value(m, "vllm:e2e_request_latency_seconds_count", "") == Some(2.0)
     });
     assert_eq!(
         metric_value(&text, "vllm:request_success_total", "finished_reason=\"error\""),

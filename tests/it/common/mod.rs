@@ -43,15 +43,8 @@ pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> 
     });
     let files = open_model(&model_path).expect("open tiny model");
     let vocab = files.config.vocab_size as u32;
-    let blocks = config.engine.num_gpu_blocks_override;
-    let prepared = prepare_engine(
-        &config,
-        files,
-        "tiny-llama".into(),
-        blocks,
-        FakeExecutor::new(vocab, behaviour),
-    )
-    .expect("prepare");
+    let prepared =
+        prepare_engine(&config, files, "tiny-llama".into(), FakeExecutor::new(vocab, behaviour)).expect("prepare");
     let server = TestServer::start(config, prepared).expect("server starts");
     Tiny {
         server,
@@ -123,6 +116,18 @@ impl Tiny {
             }
             std::thread::yield_now();
         }
+    }
+}
+
+/// Scrapes until `done` holds (the stats actor records asynchronously) or the deadline.
+pub fn scrape_until(t: &Tiny, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, text) = t.get_text("/metrics");
+        if done(&text) || Instant::now() > deadline {
+            return text;
+        }
+        std::thread::yield_now();
     }
 }
 
