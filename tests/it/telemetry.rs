@@ -422,3 +422,17 @@ fn a_lint_clean_prefix_replaces_vllm() {
     assert!(text.contains("kiln_num_requests_running{"));
     assert!(!text.contains("vllm:"));
 }
+
+#[test]
+fn a_prompt_that_can_never_fit_the_cache_gets_400_at_the_door() {
+    // 4 blocks of 16 tokens: a 100-token prompt fits the context (256) but never the cache.
+    let t = start_fake(FakeBehaviour::default(), |c| c.engine.num_gpu_blocks_override = 4);
+    let prompt: Vec<u32> = (0..100).map(|i| 3 + i % 200).collect();
+    let (status, body) = t.post("/v1/completions", &json!({"prompt": prompt, "max_tokens": 4}));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "prompt");
+    let text = scrape_until(&t, |m| {
+        metric_value(m, "vllm:admission_rejections_total", "reason=\"too_long\"") == Some(1.0)
+    });
+    assert_eq!(metric_value(&text, "vllm:admission_rejections_total", "reason=\"too_long\""), Some(1.0));
+}
