@@ -14,13 +14,10 @@ use std::time::Instant;
 use clap::Parser;
 use kiln::config::Config;
 use kiln::engine::events::TokenEvent;
-use kiln::engine::sampling_params::SamplingParams;
-use kiln::engine::types::Operation;
 use kiln::executor::Executor;
 use kiln::executor::model_runner::ModelRunner;
-use kiln::model::loader::open_model;
 use kiln::scheduler::{NewRequest, Scheduler};
-use kiln::server::prepare_model;
+use kiln::testing::{direct_engine, greedy_request};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -33,31 +30,15 @@ struct Args {
 }
 
 fn engine(model: &str, tweak: impl FnOnce(&mut Config)) -> anyhow::Result<(Scheduler, ModelRunner)> {
-    let mut config = Config::default();
-    config.model.path = model.to_string();
-    config.engine.kv_cache_memory = "512MiB".into();
-    config.engine.swap_space_gib = 1.0;
-    tweak(&mut config);
-    let prepared = prepare_model(&config, open_model(std::path::Path::new(model))?)?;
-    Ok((
-        Scheduler::new(prepared.scheduler, prepared.end_of_generation),
-        prepared.executor,
-    ))
+    direct_engine(std::path::Path::new(model), |c| {
+        c.engine.kv_cache_memory = "512MiB".into();
+        c.engine.swap_space_gib = 1.0;
+        tweak(c)
+    })
 }
 
 fn request(id: &str, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
-    NewRequest {
-        id: id.into(),
-        prompt_token_ids: prompt,
-        params: SamplingParams {
-            temperature: 0.0,
-            max_tokens,
-            ignore_eos: true,
-            ..Default::default()
-        },
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-    }
+    greedy_request(id, prompt, max_tokens, true)
 }
 
 /// Per request: arrival-relative token times (seconds).

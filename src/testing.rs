@@ -252,3 +252,37 @@ pub fn run_to_completion(scheduler: &mut crate::scheduler::Scheduler, executor: 
     }
     run
 }
+
+/// A greedy (temperature 0) request for direct engine runs.
+pub fn greedy_request(id: &str, prompt: Vec<u32>, max_tokens: u32, ignore_eos: bool) -> crate::scheduler::NewRequest {
+    crate::scheduler::NewRequest {
+        id: id.to_string(),
+        prompt_token_ids: prompt,
+        params: crate::engine::sampling_params::SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            ignore_eos,
+            ..Default::default()
+        },
+        operation: crate::engine::types::Operation::TextCompletion,
+        arrival: std::time::Instant::now(),
+    }
+}
+
+/// A scheduler and the real executor for the model at `path` (no actors), with a 256 MiB KV
+/// cache and a 0.5 GiB swap pool unless `tweak` says otherwise.
+pub fn direct_engine(
+    path: &Path,
+    tweak: impl FnOnce(&mut Config),
+) -> anyhow::Result<(crate::scheduler::Scheduler, crate::executor::model_runner::ModelRunner)> {
+    let mut config = Config::default();
+    config.model.path = path.display().to_string();
+    config.engine.kv_cache_memory = "256MiB".into();
+    config.engine.swap_space_gib = 0.5;
+    tweak(&mut config);
+    let prepared = crate::server::prepare_model(&config, crate::model::loader::open_model(path)?)?;
+    Ok((
+        crate::scheduler::Scheduler::new(prepared.scheduler, prepared.end_of_generation),
+        prepared.executor,
+    ))
+}

@@ -158,16 +158,3 @@ impl Handler<GetLoad> for SchedulerActor {
         actix::MessageResult(self.scheduler.make_stats_snapshot())
     }
 }
-
-/// Test hook: the number of requests holding KV blocks (leak checks).
-#[derive(Debug, Message)]
-#[rtype(result = "usize")]
-pub struct GetBlockOwners;
-
-impl Handler<GetBlockOwners> for SchedulerActor {
-    type Result = usize;
-
-    fn handle(&mut self, _: GetBlockOwners, _: &mut Context<Self>) -> usize {
-        self.scheduler.num_block_owners()
-    }
-}

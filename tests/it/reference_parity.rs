@@ -5,14 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use kiln::config::Config;
-use kiln::engine::sampling_params::SamplingParams;
-use kiln::engine::types::Operation;
 use kiln::executor::model_runner::ModelRunner;
 use kiln::model::loader::open_model;
 use kiln::scheduler::{NewRequest, Scheduler};
-use kiln::server::prepare_model;
-use kiln::testing::run_to_completion;
+use kiln::testing::{direct_engine, greedy_request, run_to_completion};
 use serde_json::Value;
 
 /// Largest allowed |kiln − reference| for a first-step logit. Both run f32 on the same
@@ -39,29 +35,11 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn engine() -> (Scheduler, ModelRunner) {
-    let mut config = Config::default();
-    config.model.path = model_path().display().to_string();
-    config.engine.kv_cache_memory = "256MiB".into();
-    let files = open_model(&model_path()).expect("open model");
-    let prepared = prepare_model(&config, files).expect("prepare");
-    (
-        Scheduler::new(prepared.scheduler, prepared.end_of_generation),
-        prepared.executor,
-    )
+    direct_engine(&model_path(), |_| {}).expect("engine")
 }
 
 fn greedy(id: &str, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
-    NewRequest {
-        id: id.to_string(),
-        prompt_token_ids: prompt,
-        params: SamplingParams {
-            temperature: 0.0,
-            max_tokens,
-            ..Default::default()
-        },
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-    }
+    greedy_request(id, prompt, max_tokens, false)
 }
 
 #[test]

@@ -6,46 +6,22 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kiln::config::Config;
-use kiln::engine::sampling_params::SamplingParams;
-use kiln::engine::types::Operation;
 use kiln::executor::model_runner::ModelRunner;
-use kiln::model::loader::open_model;
+use kiln::model::loader::{ModelFiles, open_model};
 use kiln::scheduler::{NewRequest, Scheduler};
-use kiln::server::prepare_model;
-use kiln::testing::{EngineRun, run_to_completion};
+use kiln::testing::{EngineRun, direct_engine, greedy_request, run_to_completion};
 
 fn model_path() -> PathBuf {
     PathBuf::from(std::env::var("KILN_TEST_MODEL").expect("KILN_TEST_MODEL must name the default model's GGUF"))
 }
 
-fn engine(tweak: impl FnOnce(&mut Config)) -> (Scheduler, ModelRunner, kiln::model::loader::ModelFiles) {
-    let mut config = Config::default();
-    config.model.path = model_path().display().to_string();
-    config.engine.kv_cache_memory = "256MiB".into();
-    config.engine.swap_space_gib = 0.5;
-    tweak(&mut config);
-    let prepared = prepare_model(&config, open_model(&model_path()).expect("open")).expect("prepare");
-    let files = open_model(&model_path()).expect("open");
-    (
-        Scheduler::new(prepared.scheduler, prepared.end_of_generation),
-        prepared.executor,
-        files,
-    )
+fn engine(tweak: impl FnOnce(&mut Config)) -> (Scheduler, ModelRunner, ModelFiles) {
+    let (scheduler, runner) = direct_engine(&model_path(), tweak).expect("engine");
+    (scheduler, runner, open_model(&model_path()).expect("open"))
 }
 
 fn greedy(id: &str, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
-    NewRequest {
-        id: id.to_string(),
-        prompt_token_ids: prompt,
-        params: SamplingParams {
-            temperature: 0.0,
-            max_tokens,
-            ignore_eos: true,
-            ..Default::default()
-        },
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-    }
+    greedy_request(id, prompt, max_tokens, true)
 }
 
 const PROMPTS: [&str; 8] = [

@@ -434,5 +434,8 @@ fn a_prompt_that_can_never_fit_the_cache_gets_400_at_the_door() {
     let text = scrape_until(&t, |m| {
         metric_value(m, "vllm:admission_rejections_total", "reason=\"too_long\"") == Some(1.0)
     });
-    assert_eq!(metric_value(&text, "vllm:admission_rejections_total", "reason=\"too_long\""), Some(1.0));
+    assert_eq!(
+        metric_value(&text, "vllm:admission_rejections_total", "reason=\"too_long\""),
+        Some(1.0)
+    );
 }
