@@ -1,0 +1,375 @@
+//! A serving benchmark in the manner of vLLM's `benchmark_serving.py`, against any
+//! OpenAI-compatible server (kiln, llama.cpp's `llama-server`, vLLM): streams every request,
+//! times each token, prints a table and writes JSON.
+//!
+//! ```text
+//! cargo run --release --example bench_serving -- --base-url http://127.0.0.1:8000 \
+//!     [--model NAME] [--endpoint completions|chat] [--num-prompts 64] [--max-concurrency 8]
+//!     [--request-rate R --seed S] [--input-len 128] [--output-len 128] [--range-ratio 0.0]
+//!     [--ignore-eos] [--dataset prompts.jsonl] [--scrape-metrics] [--output-json FILE]
+//! ```
+//! With `--scrape-metrics` it reads the server's `/metrics` before and after and prints the
+//! server's own token counts and latency means beside the client's.
+
+use std::io::{BufRead, BufReader};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Endpoint {
+    Completions,
+    Chat,
+}
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    base_url: String,
+    /// Default: the server's first model.
+    #[arg(long)]
+    model: Option<String>,
+    #[arg(long, value_enum, default_value = "completions")]
+    endpoint: Endpoint,
+    #[arg(long, default_value_t = 64)]
+    num_prompts: usize,
+    /// Most requests in flight (default: all at once, paced by --request-rate).
+    #[arg(long)]
+    max_concurrency: Option<usize>,
+    /// Poisson arrivals at this many requests per second (default: all at once).
+    #[arg(long)]
+    request_rate: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Synthetic prompt length in words (about one token each).
+    #[arg(long, default_value_t = 128)]
+    input_len: usize,
+    #[arg(long, default_value_t = 128)]
+    output_len: usize,
+    /// Lengths drawn uniformly in [len·(1−r), len·(1+r)].
+    #[arg(long, default_value_t = 0.0)]
+    range_ratio: f64,
+    #[arg(long)]
+    ignore_eos: bool,
+    /// JSON lines with a "prompt" field, instead of synthetic prompts.
+    #[arg(long)]
+    dataset: Option<String>,
+    #[arg(long)]
+    scrape_metrics: bool,
+    #[arg(long)]
+    output_json: Option<String>,
+}
+
+/// One request's client-side timings.
+#[derive(Default, Clone)]
+struct Outcome {
+    ok: bool,
+    input_tokens: u64,
+    output_tokens: u64,
+    ttft: f64,
+    itls: Vec<f64>,
+    e2e: f64,
+}
+
+const WORDS: [&str; 16] = [
+    "the", "river", "stone", "quiet", "market", "lamp", "winter", "garden", "signal", "paper", "orbit", "copper",
+    "harbor", "maple", "engine", "violet",
+];
+
+fn prompts(args: &Args, rng: &mut StdRng) -> anyhow::Result<Vec<(String, usize)>> {
+    let vary = |len: usize, rng: &mut StdRng| {
+        let r = args.range_ratio.clamp(0.0, 1.0);
+        let lo = ((len as f64) * (1.0 - r)).round().max(1.0) as usize;
+        let hi = ((len as f64) * (1.0 + r)).round().max(lo as f64) as usize;
+        rng.random_range(lo..=hi)
+    };
+    if let Some(path) = &args.dataset {
+        let file = std::fs::File::open(path)?;
+        let mut out = Vec::new();
+        for line in BufReader::new(file).lines() {
+            let v: Value = serde_json::from_str(&line?)?;
+            if let Some(p) = v["prompt"].as_str() {
+                out.push((p.to_string(), vary(args.output_len, rng)));
+            }
+            if out.len() == args.num_prompts {
+                break;
+            }
+        }
+        anyhow::ensure!(!out.is_empty(), "{path}: no lines with a \"prompt\"");
+        return Ok(out);
+    }
+    Ok((0..args.num_prompts)
+        .map(|i| {
+            let n = vary(args.input_len, rng);
+            let text: Vec<&str> = (0..n)
+                .map(|k| WORDS[(i * 7 + k * 13 + rng.random_range(0..16)) % 16])
+                .collect();
+            (text.join(" "), vary(args.output_len, rng))
+        })
+        .collect())
+}
+
+fn first_model(client: &reqwest::blocking::Client, base: &str) -> anyhow::Result<String> {
+    let models: Value = client.get(format!("{base}/v1/models")).send()?.json()?;
+    models["data"][0]["id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("no model listed"))
+}
+
+fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt: &str, max_tokens: usize) -> Outcome {
+    let (path, mut body) = match args.endpoint {
+        Endpoint::Completions => ("/v1/completions", json!({"prompt": prompt})),
+        Endpoint::Chat => (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": prompt}]}),
+        ),
+    };
+    body["model"] = json!(model);
+    body["max_tokens"] = json!(max_tokens);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    body["temperature"] = json!(0.0);
+    if args.ignore_eos {
+        body["ignore_eos"] = json!(true);
+    }
+    let start = Instant::now();
+    let mut outcome = Outcome::default();
+    let Ok(resp) = client.post(format!("{}{path}", args.base_url)).json(&body).send() else {
+        return outcome;
+    };
+    if !resp.status().is_success() {
+        return outcome;
+    }
+    let mut last: Option<Instant> = None;
+    for line in BufReader::new(resp).lines() {
+        let Ok(line) = line else { return outcome };
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
+        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            outcome.input_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0);
+            outcome.output_tokens = usage["completion_tokens"].as_u64().unwrap_or(0);
+        }
+        let choice = &chunk["choices"][0];
+        let text = choice["text"]
+            .as_str()
+            .or_else(|| choice["delta"]["content"].as_str())
+            .unwrap_or("");
+        if text.is_empty() {
+            continue;
+        }
+        let now = Instant::now();
+        match last {
+            None => outcome.ttft = now.duration_since(start).as_secs_f64(),
+            Some(prev) => outcome.itls.push(now.duration_since(prev).as_secs_f64()),
+        }
+        last = Some(now);
+    }
+    outcome.e2e = start.elapsed().as_secs_f64();
+    outcome.ok = last.is_some();
+    outcome
+}
+
+/// A counting semaphore for `--max-concurrency`.
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        Self {
+            free: Mutex::new(n),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+    }
+
+    fn release(&self) {
+        *self.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.freed.notify_one();
+    }
+}
+
+fn stats(mut v: Vec<f64>) -> Value {
+    if v.is_empty() {
+        return json!({"mean": null, "p50": null, "p90": null, "p99": null});
+    }
+    v.sort_by(f64::total_cmp);
+    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] * 1e3;
+    json!({"mean": v.iter().sum::<f64>() / v.len() as f64 * 1e3, "p50": p(0.5), "p90": p(0.9), "p99": p(0.99)})
+}
+
+/// Sums of the engine's own counters and histogram sums/counts in a `/metrics` text.
+fn scrape(client: &reqwest::blocking::Client, base: &str) -> std::collections::HashMap<String, f64> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    let mut sums = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = series.split('{').next().unwrap_or(series);
+        if let Ok(v) = value.parse::<f64>() {
+            *sums.entry(name.to_string()).or_default() += v;
+        }
+    }
+    sums
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(3600))
+        .build()?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => first_model(&client, &args.base_url)?,
+    };
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let work = prompts(&args, &mut rng)?;
+    // Arrival offsets: Poisson (exponential gaps) at --request-rate, else all at t=0.
+    let mut t = 0.0;
+    let arrivals: Vec<f64> = (0..work.len())
+        .map(|_| {
+            let at = t;
+            if let Some(rate) = args.request_rate {
+                t += -(1.0 - rng.random::<f64>()).ln() / rate;
+            }
+            at
+        })
+        .collect();
+    let before = args.scrape_metrics.then(|| scrape(&client, &args.base_url));
+    let bar = ProgressBar::new(work.len() as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} requests [{elapsed}]",
+    )?);
+    let slots = Arc::new(Slots::new(args.max_concurrency.unwrap_or(usize::MAX)));
+    let start = Instant::now();
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = work
+            .iter()
+            .zip(&arrivals)
+            .map(|((prompt, max_tokens), at)| {
+                let (client, args, model, bar, slots) = (&client, &args, &model, &bar, Arc::clone(&slots));
+                scope.spawn(move || {
+                    let wait = Duration::from_secs_f64(*at).saturating_sub(start.elapsed());
+                    std::thread::sleep(wait); // the arrival schedule, not synchronisation
+                    slots.acquire();
+                    let outcome = run_one(client, args, model, prompt, *max_tokens);
+                    slots.release();
+                    bar.inc(1);
+                    outcome
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    bar.finish_and_clear();
+    let duration = start.elapsed().as_secs_f64();
+    let done: Vec<&Outcome> = outcomes.iter().filter(|o| o.ok).collect();
+    let input: u64 = done.iter().map(|o| o.input_tokens).sum();
+    let output: u64 = done.iter().map(|o| o.output_tokens).sum();
+    let tpot: Vec<f64> = done
+        .iter()
+        .filter(|o| o.output_tokens > 1)
+        .map(|o| (o.e2e - o.ttft) / (o.output_tokens - 1) as f64)
+        .collect();
+    let report = json!({
+        "base_url": args.base_url, "model": model, "completed": done.len(), "failed": outcomes.len() - done.len(),
+        "duration_s": duration, "total_input_tokens": input, "total_output_tokens": output,
+        "request_throughput": done.len() as f64 / duration, "input_throughput": input as f64 / duration,
+        "output_throughput": output as f64 / duration,
+        "ttft_ms": stats(done.iter().map(|o| o.ttft).collect()),
+        "tpot_ms": stats(tpot),
+        "itl_ms": stats(done.iter().flat_map(|o| o.itls.clone()).collect()),
+        "e2e_ms": stats(done.iter().map(|o| o.e2e).collect()),
+    });
+    let num = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
+    println!("| metric | value |\n|---|---|");
+    for key in [
+        "completed",
+        "failed",
+        "duration_s",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+    ] {
+        println!("| {key} | {} |", num(&report[key]));
+    }
+    for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
+        let s = &report[key];
+        println!(
+            "| {key} mean / p50 / p90 / p99 | {} / {} / {} / {} |",
+            num(&s["mean"]),
+            num(&s["p50"]),
+            num(&s["p90"]),
+            num(&s["p99"])
+        );
+    }
+    if let Some(before) = before {
+        let after = scrape(&client, &args.base_url);
+        let delta = |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
+        let mean_ms = |k: &str| {
+            let n = delta(&format!("{k}_count"));
+            if n > 0.0 {
+                delta(&format!("{k}_sum")) / n * 1e3
+            } else {
+                f64::NAN
+            }
+        };
+        println!("\n| figure | client | server (/metrics) |\n|---|---|---|");
+        println!(
+            "| output tokens | {output} | {} |",
+            delta("vllm:generation_tokens_total")
+        );
+        println!("| prompt tokens | {input} | {} |", delta("vllm:prompt_tokens_total"));
+        println!(
+            "| requests | {} | {} |",
+            done.len(),
+            delta("vllm:request_success_total")
+        );
+        println!(
+            "| TTFT mean ms | {:.1} | {:.1} |",
+            report["ttft_ms"]["mean"].as_f64().unwrap_or(f64::NAN),
+            mean_ms("vllm:time_to_first_token_seconds")
+        );
+        println!(
+            "| ITL mean ms | {:.1} | {:.1} |",
+            report["itl_ms"]["mean"].as_f64().unwrap_or(f64::NAN),
+            mean_ms("vllm:inter_token_latency_seconds")
+        );
+        println!(
+            "| e2e mean ms | {:.1} | {:.1} |",
+            report["e2e_ms"]["mean"].as_f64().unwrap_or(f64::NAN),
+            mean_ms("vllm:e2e_request_latency_seconds")
+        );
+    }
+    if let Some(path) = &args.output_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
