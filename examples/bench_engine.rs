@@ -1,0 +1,117 @@
+//! The engine without HTTP: prefill and decode tokens per second at batch sizes 1, 8 and 32,
+//! and the model's achieved GFLOP/s against the matmul rate measured in the same run.
+//!
+//! ```text
+//! cargo run --release --example bench_engine -- --model PATH [--output-json FILE]
+//! ```
+
+use std::time::Instant;
+
+use burn::tensor::{Distribution, Tensor};
+use clap::Parser;
+use kiln::executor::Executor;
+use kiln::model::loader::open_model;
+use kiln::model::{Backend, default_device};
+use kiln::testing::{direct_engine, greedy_request};
+use serde_json::json;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    model: String,
+    #[arg(long, default_value_t = 512)]
+    prefill_len: usize,
+    #[arg(long, default_value_t = 32)]
+    decode_steps: usize,
+    #[arg(long)]
+    output_json: Option<String>,
+}
+
+/// Median GFLOP/s of `[rows, k] × [k, n]` on the model's backend.
+fn matmul_rate(rows: usize, k: usize, n: usize) -> f64 {
+    let device = default_device();
+    let a = Tensor::<Backend, 2>::random([rows, k], Distribution::Default, &device);
+    let b = Tensor::<Backend, 2>::random([k, n], Distribution::Default, &device);
+    let mut times: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = Instant::now();
+            let c = a.clone().matmul(b.clone());
+            let _ = c.into_data(); // forces the computation
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    2.0 * (rows * k * n) as f64 / times[times.len() / 2] / 1e9
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let path = std::path::Path::new(&args.model);
+    let cfg = open_model(path)?.config;
+    // Weight FLOPs per token (2 per multiply-add), without attention and the output head.
+    let q = cfg.num_heads * cfg.head_dim;
+    let per_layer =
+        cfg.hidden_size * (q + 2 * cfg.kv_dim()) + q * cfg.hidden_size + 3 * cfg.hidden_size * cfg.intermediate_size;
+    let flops_per_token = 2.0 * (cfg.num_layers * per_layer) as f64;
+    let head_flops = 2.0 * (cfg.hidden_size * cfg.vocab_size) as f64;
+    let mut report = serde_json::Map::new();
+
+    let (mut s, mut r) = direct_engine(path, |c| c.engine.max_num_batched_tokens = args.prefill_len.max(2048))?;
+    let prompt: Vec<u32> = (0..args.prefill_len as u32).map(|i| 100 + (i * 37) % 20000).collect();
+    s.add(greedy_request("prefill", prompt, 1, true), Instant::now())?;
+    let batch = s.schedule(Instant::now());
+    let start = Instant::now();
+    let out = r.execute(&batch)?;
+    let prefill_s = start.elapsed().as_secs_f64();
+    s.update_from_output(&batch, out, Instant::now());
+    let prefill_tps = args.prefill_len as f64 / prefill_s;
+    let prefill_rate = matmul_rate(args.prefill_len, cfg.hidden_size, cfg.intermediate_size);
+    println!("| phase | batch | tok/s | achieved GFLOP/s | matmul GFLOP/s (same shape class) |");
+    println!("|---|---|---|---|---|");
+    let prefill_gflops = prefill_tps * flops_per_token / 1e9;
+    println!(
+        "| prefill {} tokens | 1 | {prefill_tps:.1} | {prefill_gflops:.1} | {prefill_rate:.1} |",
+        args.prefill_len
+    );
+    report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
+
+    for batch_size in [1usize, 8, 32] {
+        let (mut s, mut r) = direct_engine(path, |_| {})?;
+        for i in 0..batch_size {
+            s.add(
+                greedy_request(
+                    &format!("d{i}"),
+                    vec![504 + i as u32, 3575, 282, 4649],
+                    args.decode_steps as u32 + 1,
+                    true,
+                ),
+                Instant::now(),
+            )?;
+        }
+        // The first step prefills; time only the decode steps after it.
+        let first = s.schedule(Instant::now());
+        let out = r.execute(&first)?;
+        s.update_from_output(&first, out, Instant::now());
+        let (mut tokens, start) = (0u64, Instant::now());
+        while s.has_work() {
+            let batch = s.schedule(Instant::now());
+            let out = r.execute(&batch)?;
+            tokens += s
+                .update_from_output(&batch, out, Instant::now())
+                .iteration_stats
+                .num_generation_tokens;
+        }
+        let tps = tokens as f64 / start.elapsed().as_secs_f64();
+        let gflops = tps * (flops_per_token + head_flops) / 1e9;
+        let rate = matmul_rate(batch_size, cfg.hidden_size, cfg.intermediate_size);
+        println!("| decode | {batch_size} | {tps:.1} | {gflops:.1} | {rate:.1} |");
+        report.insert(
+            format!("decode_{batch_size}"),
+            json!({"tok_s": tps, "gflops": gflops, "matmul_gflops": rate}),
+        );
+    }
+    if let Some(path) = args.output_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
