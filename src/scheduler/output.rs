@@ -19,7 +19,9 @@ pub struct ScheduledSequence {
     /// Whether a token is sampled after this step (false for a non-final prompt chunk).
     pub sample: bool,
     pub params: Arc<SamplingParams>,
-    /// Tokens generated so far (penalties; the seeded RNG stream position).
+    /// How many tokens were generated so far (the seeded RNG stream position).
+    pub num_generated: usize,
+    /// The generated tokens, sent only when a penalty needs them (empty otherwise).
     pub output_token_ids: Vec<u32>,
     /// Prompt tokens, sent only when the repetition penalty needs them.
     pub prompt_token_ids: Option<Arc<Vec<u32>>>,

@@ -234,7 +234,15 @@ impl Scheduler {
             block_table: self.blocks.block_table(&request.id).to_vec(),
             sample: request.num_computed + num_new == request.total_len(),
             params: Arc::clone(params),
-            output_token_ids: request.output.clone(),
+            num_generated: request.output.len(),
+            output_token_ids: if params.repetition_penalty != 1.0
+                || params.frequency_penalty != 0.0
+                || params.presence_penalty != 0.0
+            {
+                request.output.clone()
+            } else {
+                Vec::new()
+            },
             prompt_token_ids: (params.repetition_penalty != 1.0).then(|| Arc::clone(&request.prompt)),
         }
     }
@@ -266,7 +274,10 @@ impl Scheduler {
             request.num_computed += seq.token_ids.len();
             iteration.num_prefill_tokens_computed +=
                 (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
-            if self.config.enable_prefix_caching {
+            // Only a step that fills a block gives the prefix cache something new to register
+            // (blocks brought back by swap-in are re-registered at their next filled block).
+            let bs = self.config.block_size;
+            if self.config.enable_prefix_caching && request.num_computed / bs > start / bs {
                 let tokens = request.tokens(0, request.num_computed);
                 self.blocks
                     .cache_full_blocks(&request.id, &tokens, request.num_computed);
