@@ -10,6 +10,8 @@ use std::time::Instant;
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use kiln::executor::Executor;
+use kiln::kernels::{PackedMatrix, matmul_packed};
+use kiln::model::gguf::{GgmlType, quantize};
 use kiln::model::loader::open_model;
 use kiln::model::{Backend, default_device};
 use kiln::testing::{direct_engine, greedy_request};
@@ -25,6 +27,9 @@ struct Args {
     decode_steps: usize,
     #[arg(long)]
     output_json: Option<String>,
+    /// Widen quantised weights to f32 (burn's matmul) instead of the packed CPU kernel.
+    #[arg(long)]
+    dequantize_weights: bool,
 }
 
 /// Median GFLOP/s of `[rows, k] × [k, n]` on the model's backend.
@@ -44,6 +49,23 @@ fn matmul_rate(rows: usize, k: usize, n: usize) -> f64 {
     2.0 * (rows * k * n) as f64 / times[times.len() / 2] / 1e9
 }
 
+/// Median GFLOP/s of the packed Q4_1 kernel for `[rows, k] × [n, k]ᵀ`.
+fn packed_rate(rows: usize, k: usize, n: usize) -> f64 {
+    let weights: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+    let bytes = quantize(GgmlType::Q4_1, &weights).expect("whole blocks");
+    let w = PackedMatrix::from_ggml(GgmlType::Q4_1, &bytes, n, k).expect("packable");
+    let x: Vec<f32> = (0..rows * k).map(|i| (i % 13) as f32 / 13.0).collect();
+    let mut times: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(matmul_packed(&x, rows, &w));
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    2.0 * (rows * k * n) as f64 / times[times.len() / 2] / 1e9
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let path = std::path::Path::new(&args.model);
@@ -56,7 +78,29 @@ fn main() -> anyhow::Result<()> {
     let head_flops = 2.0 * (cfg.hidden_size * cfg.vocab_size) as f64;
     let mut report = serde_json::Map::new();
 
-    let (mut s, mut r) = direct_engine(path, |c| c.engine.max_num_batched_tokens = args.prefill_len.max(2048))?;
+    // The two kernels on the model's largest projection shape, in this run.
+    println!("| rows | burn f32 matmul GFLOP/s | packed Q4_1 kernel GFLOP/s |");
+    println!("|---|---|---|");
+    let mut rates = Vec::new();
+    for rows in [1usize, 8, 32, args.prefill_len] {
+        let dense = matmul_rate(rows, cfg.hidden_size, cfg.intermediate_size);
+        let packed = packed_rate(rows, cfg.hidden_size, cfg.intermediate_size);
+        println!("| {rows} | {dense:.1} | {packed:.1} |");
+        rates.push(json!({"rows": rows, "burn_f32_gflops": dense, "packed_q4_1_gflops": packed}));
+    }
+    report.insert("matmul_rates".into(), rates.into());
+    let rate = |rows: usize| {
+        if args.dequantize_weights {
+            matmul_rate(rows, cfg.hidden_size, cfg.intermediate_size)
+        } else {
+            packed_rate(rows, cfg.hidden_size, cfg.intermediate_size)
+        }
+    };
+
+    let (mut s, mut r) = direct_engine(path, |c| {
+        c.engine.max_num_batched_tokens = args.prefill_len.max(2048);
+        c.model.dequantize_weights = args.dequantize_weights;
+    })?;
     let prompt: Vec<u32> = (0..args.prefill_len as u32).map(|i| 100 + (i * 37) % 20000).collect();
     s.add(greedy_request("prefill", prompt, 1, true), Instant::now())?;
     let batch = s.schedule(Instant::now());
@@ -65,8 +109,8 @@ fn main() -> anyhow::Result<()> {
     let prefill_s = start.elapsed().as_secs_f64();
     s.update_from_output(&batch, out, Instant::now());
     let prefill_tps = args.prefill_len as f64 / prefill_s;
-    let prefill_rate = matmul_rate(args.prefill_len, cfg.hidden_size, cfg.intermediate_size);
-    println!("| phase | batch | tok/s | achieved GFLOP/s | matmul GFLOP/s (same shape class) |");
+    let prefill_rate = rate(args.prefill_len);
+    println!("| phase | batch | tok/s | achieved GFLOP/s | kernel GFLOP/s at this batch |");
     println!("|---|---|---|---|---|");
     let prefill_gflops = prefill_tps * flops_per_token / 1e9;
     println!(
@@ -76,7 +120,7 @@ fn main() -> anyhow::Result<()> {
     report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
 
     for batch_size in [1usize, 8, 32] {
-        let (mut s, mut r) = direct_engine(path, |_| {})?;
+        let (mut s, mut r) = direct_engine(path, |c| c.model.dequantize_weights = args.dequantize_weights)?;
         for i in 0..batch_size {
             s.add(
                 greedy_request(
@@ -103,7 +147,7 @@ fn main() -> anyhow::Result<()> {
         }
         let tps = tokens as f64 / start.elapsed().as_secs_f64();
         let gflops = tps * (flops_per_token + head_flops) / 1e9;
-        let rate = matmul_rate(batch_size, cfg.hidden_size, cfg.intermediate_size);
+        let rate = rate(batch_size);
         println!("| decode | {batch_size} | {tps:.1} | {gflops:.1} | {rate:.1} |");
         report.insert(
             format!("decode_{batch_size}"),

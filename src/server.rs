@@ -19,7 +19,7 @@ use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::{ModelFiles, open_model};
-use crate::model::weights::build_llama;
+use crate::model::weights::{LoadOptions, build_llama};
 use crate::model::{Backend, default_device};
 use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{PreemptionMode, Scheduler, SchedulerConfig};
@@ -103,7 +103,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     );
     spinner.enable_steady_tick(Duration::from_millis(200));
     let device = default_device();
-    let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), &device)?;
+    let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
     spinner.finish_and_clear();
 
     let sizing = CacheSizing::new(config, &files.config)?;
@@ -132,6 +132,12 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     };
     let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks);
     prepare_engine(config, files, served_name, executor)
+}
+
+fn load_options(config: &Config) -> LoadOptions {
+    LoadOptions {
+        keep_quantized: LoadOptions::default().keep_quantized && !config.model.dequantize_weights,
+    }
 }
 
 /// How many KV blocks fit the device budget and the host swap pool.

@@ -42,6 +42,9 @@ pub struct ModelConfig {
     pub path: String,
     /// Where the default model is cached; empty means `$XDG_CACHE_HOME/kiln` or `~/.cache/kiln`.
     pub cache_dir: String,
+    /// Widen quantised GGUF weights to f32 at load instead of keeping them packed for the CPU
+    /// kernel (always the case on CUDA).
+    pub dequantize_weights: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -5,6 +5,7 @@ use burn::tensor::{Int, Tensor, TensorData, activation::silu, backend::Backend};
 
 use super::attention::causal_gqa;
 use super::config::LlamaConfig;
+use super::projection::Projection;
 use super::rope::RotaryEmbedding;
 use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
@@ -22,19 +23,19 @@ pub struct SequenceBatch {
     pub wants_logits: bool,
 }
 
-/// The per-layer weights, with projections stored `[in, out]` so `x.matmul(w)` applies them.
+/// The per-layer weights.
 #[derive(Debug, Clone)]
 pub struct DecoderLayer<B: Backend> {
     pub attn_norm: Tensor<B, 1>,
-    /// Q, K and V projections side by side: `[hidden, (heads + 2 * kv_heads) * head_dim]`.
-    pub qkv: Tensor<B, 2>,
-    /// `[heads * head_dim, hidden]`
-    pub attn_out: Tensor<B, 2>,
+    /// Q, K and V projections fused: `hidden → (heads + 2 * kv_heads) * head_dim`.
+    pub qkv: Projection<B>,
+    /// `heads * head_dim → hidden`
+    pub attn_out: Projection<B>,
     pub ffn_norm: Tensor<B, 1>,
-    /// Gate and up projections side by side: `[hidden, 2 * intermediate]`.
-    pub gate_up: Tensor<B, 2>,
-    /// `[intermediate, hidden]`
-    pub down: Tensor<B, 2>,
+    /// Gate and up projections fused: `hidden → 2 * intermediate`.
+    pub gate_up: Projection<B>,
+    /// `intermediate → hidden`
+    pub down: Projection<B>,
 }
 
 /// A loaded Llama model.
@@ -45,8 +46,8 @@ pub struct Llama<B: Backend> {
     pub embed: Tensor<B, 2>,
     pub layers: Vec<DecoderLayer<B>>,
     pub final_norm: Tensor<B, 1>,
-    /// `[hidden, vocab]` (the transposed embedding when tied).
-    pub lm_head: Tensor<B, 2>,
+    /// `hidden → vocab` (the embedding when tied).
+    pub lm_head: Projection<B>,
     pub rope: RotaryEmbedding<B>,
     pub device: B::Device,
 }
@@ -95,7 +96,7 @@ impl<B: KvCacheOps> Llama<B> {
         }
         let last = x.select(0, self.int_tensor(logit_rows));
         let normed = rms_norm(last, &self.final_norm, self.config.rms_norm_eps);
-        normed.matmul(self.lm_head.clone())
+        self.lm_head.forward(normed)
     }
 
     /// # Shapes
@@ -118,7 +119,7 @@ impl<B: KvCacheOps> Llama<B> {
         let kv_dim = c.kv_dim();
 
         let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_norm_eps);
-        let qkv = h.matmul(layer.qkv.clone());
+        let qkv = layer.qkv.forward(h);
         let q = qkv
             .clone()
             .narrow(1, 0, q_dim)
@@ -145,13 +146,13 @@ impl<B: KvCacheOps> Llama<B> {
         } else {
             Tensor::cat(outputs, 0)
         };
-        let x = x + attn.matmul(layer.attn_out.clone());
+        let x = x + layer.attn_out.forward(attn);
 
         let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_norm_eps);
-        let gate_up = h.matmul(layer.gate_up.clone());
+        let gate_up = layer.gate_up.forward(h);
         let gate = gate_up.clone().narrow(1, 0, c.intermediate_size);
         let up = gate_up.narrow(1, c.intermediate_size, c.intermediate_size);
-        x + (silu(gate) * up).matmul(layer.down.clone())
+        x + layer.down.forward(silu(gate) * up)
     }
 
     fn int_tensor(&self, values: Vec<i64>) -> Tensor<B, 1, Int> {

@@ -8,6 +8,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod llama;
 pub mod loader;
+pub mod projection;
 pub mod rope;
 pub mod sources;
 pub mod tokenizer;

@@ -8,6 +8,7 @@ use safetensors::{Dtype, SafeTensors};
 use super::error::ModelError;
 use super::gguf::GgufFile;
 use super::weights::{HostTensor, WeightSource};
+use crate::kernels::PackedMatrix;
 
 /// Tensors of a GGUF file, dequantised to f32 on request.
 pub struct GgufWeights {
@@ -31,6 +32,21 @@ impl WeightSource for GgufWeights {
             shape: t.shape,
             data: t.data,
         }))
+    }
+
+    fn packed(&self, name: &str) -> Result<Option<PackedMatrix>, ModelError> {
+        let Some(info) = self.file.tensor_info(name) else {
+            return Ok(None);
+        };
+        let &[rows, cols] = info.shape.as_slice() else {
+            return Ok(None);
+        };
+        let bytes = self.file.tensor_bytes(name)?;
+        Ok(PackedMatrix::from_ggml(info.ty, bytes, rows, cols))
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        self.file.tensor_info(name).is_some()
     }
 
     fn qk_rows_interleaved(&self) -> bool {
@@ -162,6 +178,10 @@ impl WeightSource for SafetensorsWeights {
             shape: view.shape().to_vec(),
             data,
         }))
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        self.index.contains_key(name)
     }
 
     fn qk_rows_interleaved(&self) -> bool {

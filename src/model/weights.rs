@@ -4,13 +4,16 @@
 //! onto them with one remap table (`hf::HF_TO_GGUF`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
 use super::config::LlamaConfig;
 use super::error::ModelError;
 use super::llama::{DecoderLayer, Llama};
+use super::projection::Projection;
 use super::rope::RotaryEmbedding;
+use crate::kernels::PackedMatrix;
 
 /// A row-major f32 tensor in host memory; projections are `[out, in]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,29 +26,66 @@ pub struct HostTensor {
 pub trait WeightSource {
     /// The tensor with the given GGUF-style name, or `None` when the file lacks it.
     fn tensor(&self, name: &str) -> Result<Option<HostTensor>, ModelError>;
+    /// The tensor in quantised blocks the CPU kernel multiplies directly, or `None` when it
+    /// is stored some other way (or the file lacks it).
+    fn packed(&self, _name: &str) -> Result<Option<PackedMatrix>, ModelError> {
+        Ok(None)
+    }
+    /// Whether the file has the tensor (without reading it).
+    fn has_tensor(&self, name: &str) -> bool;
     /// Whether Q/K rows are stored permuted for interleaved RoPE (llama.cpp's convention).
     fn qk_rows_interleaved(&self) -> bool;
     /// The file named in errors.
     fn path(&self) -> &Path;
 }
 
+/// How weights are laid out on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Keep projections stored in Q4_0/Q4_1/Q8_0 blocks packed for the CPU kernel instead of
+    /// widening them to f32 (the values, and so the parity with the reference, are the same).
+    pub keep_quantized: bool,
+}
+
+impl Default for LoadOptions {
+    /// Packed on the CPU, where decode is bound by bytes read; f32 on CUDA, where burn's
+    /// kernels run and the host-side kernel would force a copy per projection.
+    fn default() -> Self {
+        Self {
+            keep_quantized: !cfg!(feature = "cuda"),
+        }
+    }
+}
+
+/// One row block of a fused projection: a GGUF tensor name, its rows, and the heads whose
+/// Q/K rows llama.cpp permuted (`None` for tensors it leaves alone).
+struct Part {
+    name: String,
+    rows: usize,
+    permuted_heads: Option<usize>,
+}
+
 /// Builds the model on `device` from `source`.
 pub fn build_llama<B: Backend>(
     config: &LlamaConfig,
     source: &dyn WeightSource,
+    options: LoadOptions,
     device: &B::Device,
 ) -> Result<Llama<B>, ModelError> {
     let loader = Loader {
         config,
         source,
+        options,
         path: source.path().to_path_buf(),
     };
     let c = config;
     let embed = loader.matrix("token_embd.weight", c.vocab_size, c.hidden_size)?;
-    let lm_head = match source.tensor("output.weight")? {
-        Some(t) => loader.check("output.weight", t, c.vocab_size, c.hidden_size)?,
-        None => embed.clone(),
+    let head_name = if source.has_tensor("output.weight") {
+        "output.weight"
+    } else {
+        "token_embd.weight"
     };
+    let lm_head = loader.projection::<B>(&[Part::plain(head_name, c.vocab_size)], c.hidden_size, device)?;
     let layers = (0..c.num_layers)
         .map(|i| loader.layer::<B>(i, device))
         .collect::<Result<Vec<_>, _>>()?;
@@ -55,15 +95,26 @@ pub fn build_llama<B: Backend>(
         embed: to_tensor(embed, device),
         layers,
         final_norm: vec_tensor(final_norm, device),
-        lm_head: to_tensor(transpose(&lm_head), device),
+        lm_head,
         rope: RotaryEmbedding::new(c.head_dim, c.rope_theta, c.max_position_embeddings, device),
         device: device.clone(),
     })
 }
 
+impl Part {
+    fn plain(name: &str, rows: usize) -> Part {
+        Part {
+            name: name.to_string(),
+            rows,
+            permuted_heads: None,
+        }
+    }
+}
+
 struct Loader<'a> {
     config: &'a LlamaConfig,
     source: &'a dyn WeightSource,
+    options: LoadOptions,
     path: PathBuf,
 }
 
@@ -72,25 +123,86 @@ impl Loader<'_> {
         let c = self.config;
         let name = |part: &str| format!("blk.{i}.{part}.weight");
         let q_dim = c.num_heads * c.head_dim;
-        let mut q = self.matrix(&name("attn_q"), q_dim, c.hidden_size)?;
-        let mut k = self.matrix(&name("attn_k"), c.kv_dim(), c.hidden_size)?;
-        let v = self.matrix(&name("attn_v"), c.kv_dim(), c.hidden_size)?;
-        if self.source.qk_rows_interleaved() {
-            q = unpermute_rows(&q, c.num_heads);
-            k = unpermute_rows(&k, c.num_kv_heads);
-        }
-        let o = self.matrix(&name("attn_output"), c.hidden_size, q_dim)?;
-        let gate = self.matrix(&name("ffn_gate"), c.intermediate_size, c.hidden_size)?;
-        let up = self.matrix(&name("ffn_up"), c.intermediate_size, c.hidden_size)?;
-        let down = self.matrix(&name("ffn_down"), c.hidden_size, c.intermediate_size)?;
+        let interleaved = self.source.qk_rows_interleaved();
+        let permuted = |name: String, rows: usize, heads: usize| Part {
+            name,
+            rows,
+            permuted_heads: interleaved.then_some(heads),
+        };
+        let qkv = [
+            permuted(name("attn_q"), q_dim, c.num_heads),
+            permuted(name("attn_k"), c.kv_dim(), c.num_kv_heads),
+            Part::plain(&name("attn_v"), c.kv_dim()),
+        ];
+        let gate_up = [
+            Part::plain(&name("ffn_gate"), c.intermediate_size),
+            Part::plain(&name("ffn_up"), c.intermediate_size),
+        ];
         Ok(DecoderLayer {
             attn_norm: vec_tensor(self.vector(&name("attn_norm"), c.hidden_size)?, device),
-            qkv: to_tensor(transpose(&stack_rows(&[q, k, v])), device),
-            attn_out: to_tensor(transpose(&o), device),
+            qkv: self.projection(&qkv, c.hidden_size, device)?,
+            attn_out: self.projection(&[Part::plain(&name("attn_output"), c.hidden_size)], q_dim, device)?,
             ffn_norm: vec_tensor(self.vector(&name("ffn_norm"), c.hidden_size)?, device),
-            gate_up: to_tensor(transpose(&stack_rows(&[gate, up])), device),
-            down: to_tensor(transpose(&down), device),
+            gate_up: self.projection(&gate_up, c.hidden_size, device)?,
+            down: self.projection(
+                &[Part::plain(&name("ffn_down"), c.hidden_size)],
+                c.intermediate_size,
+                device,
+            )?,
         })
+    }
+
+    /// The parts' rows stacked into one projection from `cols` inputs: packed when the
+    /// options and the file allow, else widened to f32 and transposed for burn's matmul.
+    fn projection<B: Backend>(
+        &self,
+        parts: &[Part],
+        cols: usize,
+        device: &B::Device,
+    ) -> Result<Projection<B>, ModelError> {
+        if self.options.keep_quantized
+            && let Some(packed) = self.packed_parts(parts, cols)?
+        {
+            return Ok(Projection::Packed(Arc::new(packed)));
+        }
+        let dense = parts
+            .iter()
+            .map(|part| {
+                let t = self.matrix(&part.name, part.rows, cols)?;
+                Ok(match part.permuted_heads {
+                    Some(heads) => unpermute_rows(&t, heads),
+                    None => t,
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(Projection::Dense(to_tensor(transpose(&stack_rows(&dense)), device)))
+    }
+
+    /// `None` when any part is not stored in packable blocks, or they differ in format.
+    fn packed_parts(&self, parts: &[Part], cols: usize) -> Result<Option<PackedMatrix>, ModelError> {
+        let mut packed = Vec::with_capacity(parts.len());
+        for part in parts {
+            let Some(m) = self.source.packed(&part.name)? else {
+                return Ok(None);
+            };
+            if (m.rows, m.cols) != (part.rows, cols) {
+                return Err(self.shape_mismatch(&part.name, vec![part.rows, cols], vec![m.rows, m.cols]));
+            }
+            packed.push(match part.permuted_heads {
+                Some(heads) => m.reorder_rows(&unpermuted_row_order(m.rows, heads)),
+                None => m,
+            });
+        }
+        Ok(PackedMatrix::stack(&packed))
+    }
+
+    fn shape_mismatch(&self, name: &str, expected: Vec<usize>, found: Vec<usize>) -> ModelError {
+        ModelError::ShapeMismatch {
+            path: self.path.clone(),
+            name: name.to_string(),
+            expected,
+            found,
+        }
     }
 
     fn required(&self, name: &str) -> Result<HostTensor, ModelError> {
@@ -102,17 +214,8 @@ impl Loader<'_> {
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<HostTensor, ModelError> {
         let t = self.required(name)?;
-        self.check(name, t, rows, cols)
-    }
-
-    fn check(&self, name: &str, t: HostTensor, rows: usize, cols: usize) -> Result<HostTensor, ModelError> {
         if t.shape != [rows, cols] {
-            return Err(ModelError::ShapeMismatch {
-                path: self.path.clone(),
-                name: name.to_string(),
-                expected: vec![rows, cols],
-                found: t.shape,
-            });
+            return Err(self.shape_mismatch(name, vec![rows, cols], t.shape));
         }
         Ok(t)
     }
@@ -120,33 +223,35 @@ impl Loader<'_> {
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
         let t = self.required(name)?;
         if t.shape.iter().product::<usize>() != len || t.data.len() != len {
-            return Err(ModelError::ShapeMismatch {
-                path: self.path.clone(),
-                name: name.to_string(),
-                expected: vec![len],
-                found: t.shape,
-            });
+            return Err(self.shape_mismatch(name, vec![len], t.shape));
         }
         Ok(t.data)
     }
 }
 
 /// Undoes llama.cpp's Q/K row permutation: within each head, GGUF row `2j + t` holds
-/// Hugging Face row `t * head_dim / 2 + j`.
-pub fn unpermute_rows(t: &HostTensor, heads: usize) -> HostTensor {
-    let (rows, cols) = (t.shape[0], t.shape[1]);
+/// Hugging Face row `t * head_dim / 2 + j`. Returns, for each output row, its source row.
+pub fn unpermuted_row_order(rows: usize, heads: usize) -> Vec<usize> {
     let head_dim = rows / heads;
     let half = head_dim / 2;
-    let mut data = vec![0.0; t.data.len()];
+    let mut order = vec![0; rows];
     for h in 0..heads {
         for j in 0..half {
             for parity in 0..2 {
-                let src = h * head_dim + 2 * j + parity;
-                let dst = h * head_dim + parity * half + j;
-                data[dst * cols..(dst + 1) * cols].copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
+                order[h * head_dim + parity * half + j] = h * head_dim + 2 * j + parity;
             }
         }
     }
+    order
+}
+
+/// [`unpermuted_row_order`] applied to a dense `[rows, cols]` tensor.
+pub fn unpermute_rows(t: &HostTensor, heads: usize) -> HostTensor {
+    let cols = t.shape[1];
+    let data = unpermuted_row_order(t.shape[0], heads)
+        .into_iter()
+        .flat_map(|src| t.data[src * cols..(src + 1) * cols].iter().copied())
+        .collect();
     HostTensor {
         shape: t.shape.clone(),
         data,

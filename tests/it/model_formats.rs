@@ -10,13 +10,17 @@ use kiln::engine::sampling_params::SamplingParams;
 use kiln::engine::types::Operation;
 use kiln::model::gguf::GgufFile;
 use kiln::model::loader::open_model;
+use kiln::model::projection::Projection;
 use kiln::model::sources::hf_name_to_gguf;
-use kiln::model::weights::{HostTensor, unpermute_rows};
+use kiln::model::weights::{HostTensor, LoadOptions, build_llama, unpermute_rows};
+use kiln::model::{Backend, default_device};
 use kiln::scheduler::{NewRequest, Scheduler};
 use kiln::server::prepare_model;
 use kiln::testing::{TinyModelSpec, write_tiny_model};
 
-/// Largest |Δ| between logits of the two formats: identical f32 weights, identical code.
+/// Largest |Δ| between logits of the two formats. The weight values are identical; the
+/// GGUF side multiplies its Q8_0/Q4_x projections with the packed CPU kernel and the folder
+/// side with burn's matmul, so only the f32 summation order differs.
 const TOLERANCE: f32 = 1e-5;
 
 fn first_logits(model: &Path, prompt: &[u32]) -> Vec<f32> {
@@ -125,6 +129,34 @@ fn gguf_and_hugging_face_folders_give_the_same_logits() {
         hf_files.tokenizer.encode(text, false).expect("enc").get_ids(),
         gguf_files.tokenizer.encode(text, false).expect("enc").get_ids()
     );
+}
+
+/// Projections stored in packable blocks stay packed (unless asked otherwise); others, and all
+/// of a fused projection with any unpackable part, are widened to f32.
+#[test]
+fn quantised_projections_stay_packed_unless_dequantisation_is_asked_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_tiny_model(dir.path(), TinyModelSpec::default()).expect("write");
+    let files = open_model(&path).expect("open");
+    let load = |keep_quantized| {
+        build_llama::<Backend>(
+            &files.config,
+            files.weights.as_ref(),
+            LoadOptions { keep_quantized },
+            &default_device(),
+        )
+        .expect("build")
+    };
+    let packed = load(true);
+    let is_packed = |p: &Projection<Backend>| matches!(p, Projection::Packed(_));
+    let layer = &packed.layers[0];
+    // The tiny model: Q8_0 embedding and attn_output, Q4_0 gate + Q4_1 up, F16/F32 Q/K/V.
+    assert!(is_packed(&packed.lm_head) && is_packed(&layer.attn_out) && is_packed(&layer.gate_up));
+    assert!(!is_packed(&layer.qkv), "F16/F32 parts cannot be packed");
+    let widened = load(false);
+    assert!(!is_packed(&widened.lm_head) && !is_packed(&widened.layers[0].gate_up));
+    // Packed bytes are what the decode step saves: 34 bytes per 32 Q8_0 values against 128.
+    assert!(packed.lm_head.size_bytes() * 3 < widened.lm_head.size_bytes());
 }
 
 #[test]

@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# Side by side: llama.cpp's llama-server and kiln on the same GGUF, the same machine and the same
+# benchmark (kiln's bench_serving), at max concurrency 1, 8 and 32. Results and a summary go to
+# bench-results/side-by-side/.
+#
+#   examples/llama_cpp_side_by_side.sh                 # build llama-server once, bench both
+#   examples/llama_cpp_side_by_side.sh --only kiln     # re-bench kiln, keep llama.cpp's results
+#   examples/llama_cpp_side_by_side.sh --build-only    # just build and cache llama-server
+#
+# Environment: KILN_LLAMA_CPP_DIR (build cache, default ~/.cache/kiln/llama.cpp), KILN_MODEL_GGUF
+# (default: the first *.gguf under .ci/cache, /tmp/model or kiln's cache), INPUT_LEN, OUTPUT_LEN
+# (default 128 each), NUM_PROMPTS (default max(8, 4 x concurrency)), CONCURRENCIES ("1 8 32"),
+# SEED (0), CTX_PER_SLOT (KV-cache tokens per concurrent stream, 512).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# llama.cpp comes from the copy vendored in this PyPI sdist: a pinned, registry-hosted source.
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+CACHE_DIR="${KILN_LLAMA_CPP_DIR:-$HOME/.cache/kiln/llama.cpp}"
+# Versioned, so changing the pin rebuilds instead of reusing a stale binary.
+BUILD_DIR="$CACHE_DIR/build-$LLAMA_CPP_PYTHON_VERSION"
+LLAMA_SERVER="$BUILD_DIR/bin/llama-server"
+
+KILN_BIN=target/release/kiln
+BENCH=target/release/examples/bench_serving
+OUT_DIR=bench-results/side-by-side
+
+INPUT_LEN="${INPUT_LEN:-128}"
+OUTPUT_LEN="${OUTPUT_LEN:-128}"
+NUM_PROMPTS="${NUM_PROMPTS:-}"
+CONCURRENCIES="${CONCURRENCIES:-1 8 32}"
+SEED="${SEED:-0}"
+# Both servers get room for 32 streams of CTX_PER_SLOT tokens: llama.cpp as -np 32 -c 32*512 in
+# one unified KV buffer, kiln as the same number of tokens in paged blocks.
+SLOTS=32
+CTX_PER_SLOT="${CTX_PER_SLOT:-512}"
+KV_TOKENS=$((SLOTS * CTX_PER_SLOT))
+KILN_BLOCK_SIZE=16
+THREADS="$(nproc)"
+
+usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+  cat <<EOF
+
+Options:
+  --only llama|kiln   bench one server only (the other's earlier results still go in the summary)
+  --build-only        build and cache llama-server, then stop
+  -h, --help          this help
+EOF
+}
+
+ONLY=""
+BUILD_ONLY=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only) ONLY="${2:-}"; shift 2 ;;
+    --only=*) ONLY="${1#--only=}"; shift ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$ONLY" in
+  ""|llama|kiln) ;;
+  *) echo "--only takes llama or kiln, not '$ONLY'" >&2; exit 2 ;;
+esac
+
+die() { echo "error: $*" >&2; exit 1; }
+log() { echo "==> $*" >&2; }
+
+# --- llama-server: download the sdist, build vendor/llama.cpp once, cache the binary ----------
+
+build_llama_server() {
+  if [[ -x "$LLAMA_SERVER" ]]; then
+    log "llama-server cached: $LLAMA_SERVER"
+    return
+  fi
+  if ! command -v cmake >/dev/null; then
+    log "installing cmake (Debian package)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends cmake >/dev/null
+  fi
+
+  local sdist_dir="$CACHE_DIR/sdist"
+  local sdist="$sdist_dir/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+  if [[ ! -f "$sdist" ]]; then
+    log "downloading llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION (sdist)"
+    mkdir -p "$sdist_dir"
+    # --no-binary for this package only: with ':all:' pip would also build the sdist's build
+    # dependencies (cmake itself) from source just to read its metadata.
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+      --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$sdist_dir"
+  fi
+  [[ -f "$sdist" ]] || die "pip did not leave $sdist"
+
+  local src_dir="$CACHE_DIR/src-$LLAMA_CPP_PYTHON_VERSION"
+  if [[ ! -d "$src_dir" ]]; then
+    mkdir -p "$src_dir.tmp"
+    tar -xzf "$sdist" -C "$src_dir.tmp"
+    mv "$src_dir.tmp" "$src_dir" # only a complete extraction gets the final name
+  fi
+  local llama_src
+  llama_src="$(find "$src_dir" -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)"
+  [[ -n "$llama_src" && -f "$llama_src/CMakeLists.txt" ]] || die "no vendor/llama.cpp in $sdist"
+
+  log "building llama-server from $llama_src (Release, native CPU, $THREADS jobs)"
+  local start=$SECONDS
+  # CPU only; static so the binary runs on its own; nothing fetched at build time (no curl, no
+  # prebuilt web UI from Hugging Face, no OpenSSL: the server only reads a local file).
+  nice -n 10 cmake -S "$llama_src" -B "$BUILD_DIR" \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON \
+    -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
+    -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    >"$CACHE_DIR/cmake-configure.log" 2>&1 \
+    || { tail -n 40 "$CACHE_DIR/cmake-configure.log" >&2; die "cmake configure failed"; }
+  nice -n 10 cmake --build "$BUILD_DIR" --config Release --target llama-server -j"$THREADS"
+  [[ -x "$LLAMA_SERVER" ]] || die "the build did not produce $LLAMA_SERVER"
+  log "built $LLAMA_SERVER in $((SECONDS - start)) s"
+}
+
+build_llama_server
+if [[ $BUILD_ONLY == 1 ]]; then
+  exit 0
+fi
+
+# --- model and kiln's binaries ----------------------------------------------------------------
+
+find_model() {
+  if [[ -n "${KILN_MODEL_GGUF:-}" ]]; then
+    [[ -f "$KILN_MODEL_GGUF" ]] || die "KILN_MODEL_GGUF=$KILN_MODEL_GGUF is not a file"
+    echo "$KILN_MODEL_GGUF"
+    return
+  fi
+  local kiln_cache="${XDG_CACHE_HOME:-$HOME/.cache}/kiln" dir depth found
+  for dir in .ci/cache /tmp/model "$kiln_cache"; do
+    [[ -d "$dir" ]] || continue
+    # kiln's cache only at its top: the llama.cpp build cache sits below it, and llama.cpp's
+    # sources carry vocab-only *.gguf files.
+    depth=3
+    [[ "$dir" == "$kiln_cache" ]] && depth=1
+    found="$(find "$dir" -maxdepth "$depth" -name '*.gguf' -type f 2>/dev/null | sort | head -n 1)"
+    if [[ -n "$found" ]]; then
+      echo "$found"
+      return
+    fi
+  done
+  die "no *.gguf under .ci/cache, /tmp/model or ${XDG_CACHE_HOME:-$HOME/.cache}/kiln.
+Fetch kiln's default model (SmolLM2-135M-Instruct Q4_1) with
+    KILN_CACHE_DIR=.ci/cache cargo run --release -- fetch-model
+or point KILN_MODEL_GGUF at a GGUF file."
+}
+
+MODEL="$(find_model)"
+log "model: $MODEL"
+[[ -x "$BENCH" ]] || die "$BENCH is missing; build it with: cargo build --release --example bench_serving"
+if [[ "$ONLY" != llama && ! -x "$KILN_BIN" ]]; then
+  die "$KILN_BIN is missing; build it with: cargo build --release"
+fi
+command -v curl >/dev/null || die "curl is needed to poll the servers"
+
+# --- running a server -------------------------------------------------------------------------
+
+SERVER_PID=""
+stop_server() {
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=""
+}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Poll a URL until it answers 200 (and, if given, its body contains a word); fail fast if the
+# server exits, give up after a timeout.
+wait_ready() {
+  local url="$1" want="$2" log_file="$3" deadline=$((SECONDS + 600)) body
+  while ((SECONDS < deadline)); do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      tail -n 30 "$log_file" >&2
+      die "the server exited before $url answered (log: $log_file)"
+    fi
+    if body="$(curl -fsS --max-time 2 "$url" 2>/dev/null)" && [[ -z "$want" || "$body" == *"$want"* ]]; then
+      return
+    fi
+    sleep 0.5
+  done
+  tail -n 30 "$log_file" >&2
+  die "$url not ready after 600 s (log: $log_file)"
+}
+
+# The name the server lists first on /v1/models, passed to bench_serving explicitly.
+served_model() {
+  curl -fsS --max-time 5 "$1/v1/models" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])'
+}
+
+bench_server() {
+  local name="$1" base="$2" model c n
+  model="$(served_model "$base")"
+  log "$name serves '$model'"
+  # One short request first so lazy initialisation is not billed to the c=1 run.
+  curl -fsS --max-time 120 "$base/v1/completions" -H 'content-type: application/json' \
+    -d "{\"model\": \"$model\", \"prompt\": \"Hello\", \"max_tokens\": 8, \"temperature\": 0}" >/dev/null
+  for c in $CONCURRENCIES; do
+    n="${NUM_PROMPTS:-$((4 * c > 8 ? 4 * c : 8))}"
+    log "$name: concurrency $c, $n prompts, input $INPUT_LEN, output $OUTPUT_LEN"
+    "$BENCH" --base-url "$base" --model "$model" --endpoint completions \
+      --num-prompts "$n" --max-concurrency "$c" --seed "$SEED" \
+      --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --ignore-eos \
+      --output-json "$OUT_DIR/$name-c$c.json"
+  done
+}
+
+run_llama() {
+  local port log_file="$OUT_DIR/llama.log"
+  port="$(free_port)"
+  rm -f "$OUT_DIR"/llama-c*.json # no stale results if this run fails half-way
+  log "starting llama-server on 127.0.0.1:$port"
+  # -kvu: one KV buffer shared by all slots, like kiln's paged pool; --cache-ram 0: no host-RAM
+  # prompt cache (kiln's prefix caching is off by default too); -cb: continuous batching.
+  "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
+    -np "$SLOTS" -c "$KV_TOKENS" -kvu -cb -t "$THREADS" -tb "$THREADS" \
+    --cache-ram 0 --no-webui >"$log_file" 2>&1 &
+  SERVER_PID=$!
+  wait_ready "http://127.0.0.1:$port/health" '"ok"' "$log_file"
+  bench_server llama "http://127.0.0.1:$port"
+  stop_server
+}
+
+run_kiln() {
+  local port log_file="$OUT_DIR/kiln.log"
+  port="$(free_port)"
+  rm -f "$OUT_DIR"/kiln-c*.json
+  log "starting kiln on 127.0.0.1:$port"
+  # The same KV capacity as llama.cpp (KV_TOKENS tokens) and the same 32 concurrent sequences.
+  "$KILN_BIN" serve --model "$MODEL" --host 127.0.0.1 --port "$port" \
+    --block-size "$KILN_BLOCK_SIZE" --num-gpu-blocks-override "$((KV_TOKENS / KILN_BLOCK_SIZE))" \
+    --max-num-seqs "$SLOTS" >"$log_file" 2>&1 &
+  SERVER_PID=$!
+  wait_ready "http://127.0.0.1:$port/health" "" "$log_file"
+  bench_server kiln "http://127.0.0.1:$port"
+  stop_server
+}
+
+mkdir -p "$OUT_DIR"
+[[ "$ONLY" == kiln ]] || run_llama
+[[ "$ONLY" == llama ]] || run_kiln
+
+# --- summary ----------------------------------------------------------------------------------
+
+CPU_MODEL="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)"
+export OUT_DIR CONCURRENCIES INPUT_LEN OUTPUT_LEN NUM_PROMPTS SEED MODEL LLAMA_CPP_PYTHON_VERSION \
+  CPU_MODEL THREADS KV_TOKENS
+DATE="$(date -u)" ARCH="$(uname -m)" python3 - <<'EOF'
+import json, os
+
+env = os.environ
+out = env["OUT_DIR"]
+
+def load(server, c):
+    try:
+        with open(f"{out}/{server}-c{c}.json") as f:
+            r = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return {
+        "output_tok_s": r.get("output_throughput"),
+        "ttft_p50_ms": (r.get("ttft_ms") or {}).get("p50"),
+        "tpot_p50_ms": (r.get("tpot_ms") or {}).get("p50"),
+        "completed": r.get("completed"),
+        "failed": r.get("failed"),
+    }
+
+def ratio(k, l):
+    return k / l if isinstance(k, (int, float)) and isinstance(l, (int, float)) and l else None
+
+def fmt(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+rows = []
+for c in map(int, env["CONCURRENCIES"].split()):
+    llama, kiln = load("llama", c), load("kiln", c)
+    row = {"concurrency": c, "llama.cpp": llama, "kiln": kiln, "kiln_over_llama": {}}
+    for k in ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms"):
+        row["kiln_over_llama"][k] = ratio((kiln or {}).get(k), (llama or {}).get(k))
+    rows.append(row)
+
+print()
+print("output tok/s: higher is better; TTFT and TPOT: lower is better. ratio = kiln / llama.cpp")
+head = ("conc", "llama tok/s", "kiln tok/s", "ratio", "llama TTFT", "kiln TTFT", "ratio",
+        "llama TPOT", "kiln TPOT", "ratio")
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for r in rows:
+    l, k, q = r["llama.cpp"] or {}, r["kiln"] or {}, r["kiln_over_llama"]
+    cells = [str(r["concurrency"])]
+    for key in ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms"):
+        cells += [fmt(l.get(key)), fmt(k.get(key)), fmt(q[key], 2)]
+    print("| " + " | ".join(cells) + " |")
+failed = [(s, r["concurrency"]) for r in rows for s in ("llama.cpp", "kiln")
+          if r[s] and r[s].get("failed")]
+for s, c in failed:
+    print(f"warning: {s} had failed requests at concurrency {c}")
+
+summary = {
+    "date": env["DATE"],
+    "arch": env["ARCH"],
+    "cpu": env["CPU_MODEL"],
+    "nproc": int(env["THREADS"]),
+    "llama_cpp_python_version": env["LLAMA_CPP_PYTHON_VERSION"],
+    "model": env["MODEL"],
+    "input_len": int(env["INPUT_LEN"]),
+    "output_len": int(env["OUTPUT_LEN"]),
+    "num_prompts": env["NUM_PROMPTS"] or "max(8, 4 x concurrency)",
+    "seed": int(env["SEED"]),
+    "kv_cache_tokens": int(env["KV_TOKENS"]),
+    "results": rows,
+}
+with open(f"{out}/summary.json", "w") as f:
+    json.dump(summary, f, indent=2)
+print(f"\nwrote {out}/summary.json")
+EOF

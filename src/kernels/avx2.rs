@@ -1,0 +1,172 @@
+//! The AVX2 + FMA packed matmul for small token counts (decode): widen one 32-element block
+//! into four vectors, then multiply-add it against up to eight tokens.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::matmul::{row_panels, token_tiles};
+use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+
+/// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
+    assert!(x.len() >= tokens * w.cols && out.len() >= rows.len() * tokens && rows.end <= w.rows);
+    let bpr = w.blocks_per_row();
+    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
+    assert!(w.format == BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
+    let base = rows.start;
+    for panel in row_panels(rows) {
+        for (t0, n) in token_tiles(tokens) {
+            for r in panel.clone() {
+                let o = &mut out[(r - base) * tokens + t0..][..n];
+                // SAFETY: the asserts above bound every row, block and token the tile reads.
+                unsafe { dispatch_tile(w, r, x, t0, n, o) };
+            }
+        }
+    }
+}
+
+/// Row `row` of `w` widened to f32 into `out[..w.cols]`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
+    let bpr = w.blocks_per_row();
+    assert!(out.len() >= w.cols && row < w.rows);
+    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
+    assert!(w.format == BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
+    for b in 0..bpr {
+        // SAFETY: the asserts above bound the block and the destination.
+        unsafe {
+            let block = row * bpr + b;
+            let values = match w.format {
+                BlockFormat::Nibbles => nibbles(w, block),
+                BlockFormat::Bytes => bytes(w, block),
+            };
+            let dst = out.as_mut_ptr().add(b * BLOCK);
+            for (i, v) in values.into_iter().enumerate() {
+                _mm256_storeu_ps(dst.add(8 * i), v);
+            }
+        }
+    }
+}
+
+macro_rules! tiles {
+    ($w:ident, $r:ident, $x:ident, $t0:ident, $n:ident, $o:ident; $($len:literal)*) => {
+        match ($w.format, $n) {
+            $(
+                (BlockFormat::Nibbles, $len) => tile::<$len, true>($w, $r, $x, $t0, $o),
+                (BlockFormat::Bytes, $len) => tile::<$len, false>($w, $r, $x, $t0, $o),
+            )*
+            _ => unreachable!("token tiles hold 1 to 8 tokens"),
+        }
+    };
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { tiles!(w, r, x, t0, n, o; 1 2 3 4 5 6 7 8) }
+}
+
+/// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile<const N: usize, const NIBBLES: bool>(
+    w: &PackedMatrix,
+    row: usize,
+    x: &[f32],
+    t0: usize,
+    out: &mut [f32],
+) {
+    let bpr = w.blocks_per_row();
+    let cols = w.cols;
+    // SAFETY: `rows_kernel` checked that rows, blocks and tokens are in bounds.
+    unsafe {
+        // Two accumulator chains per token hide the FMA latency for small tiles; from four
+        // tokens up the tokens' chains are enough, and a second set would spill registers.
+        let second = usize::from(N < 4);
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let xp = x.as_ptr().add(t0 * cols);
+        for b in 0..bpr {
+            let block = row * bpr + b;
+            let wv = if NIBBLES { nibbles(w, block) } else { bytes(w, block) };
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let p = xp.add(t * cols + b * BLOCK);
+                acc[0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(p), acc[0]);
+                acc[second] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(p.add(8)), acc[second]);
+                acc[0] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(p.add(16)), acc[0]);
+                acc[second] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(p.add(24)), acc[second]);
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(&acc) {
+            *o = horizontal_sum(_mm256_add_ps(acc[0], acc[1]));
+        }
+    }
+}
+
+/// A 4-bit block as four vectors of eight: `q * scale + min`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
+    // SAFETY: the caller bounds `block`.
+    unsafe {
+        let scale = _mm256_set1_ps(*w.scales.get_unchecked(block));
+        let min = _mm256_set1_ps(*w.mins.get_unchecked(block));
+        let q = _mm_loadu_si128(w.quants.as_ptr().add(block * (BLOCK / 2)).cast());
+        let mask = _mm_set1_epi8(0x0f);
+        let low = _mm_and_si128(q, mask);
+        let high = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+        [
+            widen_unsigned(low, scale, min),
+            widen_unsigned(_mm_srli_si128(low, 8), scale, min),
+            widen_unsigned(high, scale, min),
+            widen_unsigned(_mm_srli_si128(high, 8), scale, min),
+        ]
+    }
+}
+
+/// An 8-bit block as four vectors of eight: `q * scale`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bytes(w: &PackedMatrix, block: usize) -> [__m256; 4] {
+    // SAFETY: the caller bounds `block`.
+    unsafe {
+        let scale = _mm256_set1_ps(*w.scales.get_unchecked(block));
+        let q = _mm256_loadu_si256(w.quants.as_ptr().add(block * BLOCK).cast());
+        let low = _mm256_castsi256_si128(q);
+        let high = _mm256_extracti128_si256(q, 1);
+        [
+            widen_signed(low, scale),
+            widen_signed(_mm_srli_si128(low, 8), scale),
+            widen_signed(high, scale),
+            widen_signed(_mm_srli_si128(high, 8), scale),
+        ]
+    }
+}
+
+/// The low eight unsigned bytes of `v` as `q * scale + min`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn widen_unsigned(v: __m128i, scale: __m256, min: __m256) -> __m256 {
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), scale, min)
+}
+
+/// The low eight signed bytes of `v` as `q * scale`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn widen_signed(v: __m128i, scale: __m256) -> __m256 {
+    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), scale)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn horizontal_sum(v: __m256) -> f32 {
+    let sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+    let sum = _mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1));
+    _mm_cvtss_f32(sum)
+}

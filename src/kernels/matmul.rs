@@ -1,0 +1,255 @@
+//! `y = x · Wᵀ` with `W` in packed blocks and `x`, `y` in f32, on all cores.
+//!
+//! Activations stay f32 (llama.cpp quantises them to 8 bits; we keep the reference parity
+//! exact up to summation order). Two regimes:
+//! - few tokens (decode): each block is widened in registers once per tile of up to
+//!   [`TOKEN_TILE`] tokens, so the step is bound by reading the packed bytes;
+//! - many tokens (prefill, large batches): panels of rows are widened into an f32 scratch and
+//!   multiplied by the `gemm` crate's tuned micro-kernels, so the step is bound by FMAs.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::packed::{BLOCK, PackedMatrix};
+
+/// Tokens that share one widened weight block (eight AVX2 accumulators).
+pub const TOKEN_TILE: usize = 8;
+/// Output rows per unit of parallel work (a panel stays in L1/L2 across token tiles).
+const ROW_PANEL: usize = 16;
+/// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
+/// register-tile kernel (measured with `bench_engine`: see README).
+pub const GEMM_MIN_TOKENS: usize = 16;
+/// Rows widened at a time in the GEMM regime: 32 × 1536 f32 is 192 KiB, inside L2.
+const GEMM_PANEL: usize = 32;
+
+/// Multiplies `x` (`[tokens, w.cols]`, row-major) by the transpose of `w`.
+///
+/// # Shapes
+/// - x: `[tokens, cols]`, w: `[rows, cols]`
+/// - output: `[tokens, rows]`
+pub fn matmul_packed(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
+    assert_eq!(x.len(), tokens * w.cols, "x must be [tokens, {}]", w.cols);
+    if tokens == 0 || w.rows == 0 {
+        return Vec::new();
+    }
+    if tokens >= GEMM_MIN_TOKENS {
+        return gemm_panels(x, tokens, w);
+    }
+    // Work in row panels, enough of them to keep every thread busy.
+    let panels_per_thread = 4;
+    let per_chunk = w.rows.div_ceil(rayon::current_num_threads() * panels_per_thread);
+    let chunk_rows = per_chunk.div_ceil(ROW_PANEL).max(1) * ROW_PANEL;
+    // Computed transposed (`[rows, tokens]`) so each chunk owns a contiguous slice.
+    let mut transposed = vec![0.0f32; w.rows * tokens];
+    transposed
+        .par_chunks_mut(chunk_rows * tokens)
+        .enumerate()
+        .for_each(|(chunk, out)| {
+            let start = chunk * chunk_rows;
+            let rows = start..(start + chunk_rows).min(w.rows);
+            rows_kernel(x, tokens, w, rows, out);
+        });
+    if tokens == 1 {
+        return transposed;
+    }
+    let mut y = vec![0.0f32; tokens * w.rows];
+    for (r, column) in transposed.chunks_exact(tokens).enumerate() {
+        for (t, &v) in column.iter().enumerate() {
+            y[t * w.rows + r] = v;
+        }
+    }
+    y
+}
+
+/// The many-token regime: each panel of [`GEMM_PANEL`] rows is widened to f32 and multiplied
+/// by `gemm`; panels run in parallel and write disjoint columns of the output.
+fn gemm_panels(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
+    let mut y = vec![0.0f32; tokens * w.rows];
+    let out = SharedOutput(y.as_mut_ptr());
+    let (k, n_total) = (w.cols, w.rows);
+    (0..w.rows.div_ceil(GEMM_PANEL)).into_par_iter().for_each_init(
+        || vec![0.0f32; GEMM_PANEL * k],
+        |panel, p| {
+            let rows = p * GEMM_PANEL..((p + 1) * GEMM_PANEL).min(n_total);
+            let n = rows.len();
+            for (i, r) in rows.clone().enumerate() {
+                widen_row(w, r, &mut panel[i * k..(i + 1) * k]);
+            }
+            let out = &out;
+            // SAFETY: `x` is `[tokens, k]` (asserted by the caller) and `panel` holds `n` rows of
+            // `k`; the destination is columns `rows` of `y` (`[tokens, n_total]`), which no
+            // other panel writes, and `y` outlives the parallel loop.
+            unsafe {
+                gemm::gemm(
+                    tokens,
+                    n,
+                    k,
+                    out.0.add(rows.start),
+                    1,
+                    n_total as isize,
+                    false,
+                    x.as_ptr(),
+                    1,
+                    k as isize,
+                    panel.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        },
+    );
+    y
+}
+
+/// The output pointer shared by panels that write disjoint columns.
+struct SharedOutput(*mut f32);
+// SAFETY: panels write disjoint elements, and the buffer outlives the parallel loop.
+unsafe impl Sync for SharedOutput {}
+
+fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Row `r` of `w` widened to f32 into `out` (`[w.cols]`).
+fn widen_row(w: &PackedMatrix, r: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        unsafe { super::avx2::widen_row(w, r, out) };
+        return;
+    }
+    let bpr = w.blocks_per_row();
+    for (b, dst) in out.chunks_exact_mut(BLOCK).enumerate() {
+        dst.copy_from_slice(&w.block_values(r * bpr + b));
+    }
+}
+
+/// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
+fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        unsafe { super::avx2::rows_kernel(x, tokens, w, rows, out) };
+        return;
+    }
+    portable_rows_kernel(x, tokens, w, rows, out);
+}
+
+/// The reference kernel for CPUs without AVX2 and for testing the fast one.
+pub fn portable_rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
+    let bpr = w.blocks_per_row();
+    for (i, r) in rows.enumerate() {
+        for t in 0..tokens {
+            let xr = &x[t * w.cols..(t + 1) * w.cols];
+            let mut acc = 0.0f32;
+            for b in 0..bpr {
+                let values = w.block_values(r * bpr + b);
+                acc += values
+                    .iter()
+                    .zip(&xr[b * BLOCK..(b + 1) * BLOCK])
+                    .map(|(w, x)| w * x)
+                    .sum::<f32>();
+            }
+            out[i * tokens + t] = acc;
+        }
+    }
+}
+
+/// Splits `tokens` into tiles of at most [`TOKEN_TILE`]: `(first token, length)`.
+pub(super) fn token_tiles(tokens: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..tokens)
+        .step_by(TOKEN_TILE)
+        .map(move |t0| (t0, TOKEN_TILE.min(tokens - t0)))
+}
+
+/// Rows of `rows` in panels of [`ROW_PANEL`].
+pub(super) fn row_panels(rows: Range<usize>) -> impl Iterator<Item = Range<usize>> {
+    let end = rows.end;
+    rows.step_by(ROW_PANEL).map(move |r0| r0..(r0 + ROW_PANEL).min(end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gguf::GgmlType;
+    use crate::model::gguf::quantize;
+
+    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// `x · Wᵀ` in f64 over the widened weights.
+    fn reference(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f64> {
+        let dense = w.dequantize();
+        let mut y = vec![0.0; tokens * w.rows];
+        for t in 0..tokens {
+            for r in 0..w.rows {
+                y[t * w.rows + r] = (0..w.cols)
+                    .map(|c| f64::from(x[t * w.cols + c]) * f64::from(dense[r * w.cols + c]))
+                    .sum();
+            }
+        }
+        y
+    }
+
+    /// f32 sums of 160 products of magnitude ≤ 1 (so |y| ≤ 160): 1e-4 absolute is ~40 ulps
+    /// of the largest sums, far below any real indexing or widening error (≥ 1e-2 here).
+    const TOLERANCE: f64 = 1e-4;
+
+    #[test]
+    fn every_format_and_token_count_matches_the_widened_reference() {
+        let (rows, cols) = (37, 160);
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let bytes = quantize(ty, &pseudo_random(rows * cols, 1)).expect("quantise");
+            let w = PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable");
+            for tokens in [1, 2, 7, 8, 9, GEMM_MIN_TOKENS - 1, GEMM_MIN_TOKENS, 17, 33] {
+                let x = pseudo_random(tokens * cols, tokens as u64);
+                let want = reference(&x, tokens, &w);
+                let got = matmul_packed(&x, tokens, &w);
+                let mut portable = vec![0.0; rows * tokens];
+                portable_rows_kernel(&x, tokens, &w, 0..rows, &mut portable);
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        let expected = want[t * rows + r];
+                        let fast = f64::from(got[t * rows + r]);
+                        let slow = f64::from(portable[r * tokens + t]);
+                        assert!(
+                            (fast - expected).abs() < TOLERANCE,
+                            "{ty} t{t} r{r}: {fast} vs {expected}"
+                        );
+                        assert!(
+                            (slow - expected).abs() < TOLERANCE,
+                            "{ty} t{t} r{r}: {slow} vs {expected}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_and_panels_cover_every_index_once() {
+        let tiles: Vec<_> = token_tiles(19).collect();
+        assert_eq!(tiles, vec![(0, 8), (8, 8), (16, 3)]);
+        let panels: Vec<_> = row_panels(5..40).collect();
+        assert_eq!(panels, vec![5..21, 21..37, 37..40]);
+    }
+}

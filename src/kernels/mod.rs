@@ -1,0 +1,10 @@
+//! Hand-written CPU kernels behind the executor, for the work where burn's own fall short:
+//! matrix products against weights kept in ggml's quantised blocks.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+pub mod matmul;
+pub mod packed;
+
+pub use matmul::matmul_packed;
+pub use packed::{BlockFormat, PackedMatrix};

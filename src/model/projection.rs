@@ -1,0 +1,46 @@
+//! A linear projection: a burn tensor, or weights kept in quantised blocks and multiplied by
+//! the CPU kernel (`crate::kernels`).
+
+use std::sync::Arc;
+
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+
+use crate::kernels::{PackedMatrix, matmul_packed};
+
+#[derive(Debug, Clone)]
+pub enum Projection<B: Backend> {
+    /// `[in, out]`, applied with burn's matmul.
+    Dense(Tensor<B, 2>),
+    /// `[out, in]` in quantised blocks; the activations make a round trip through host
+    /// memory, so this is for the CPU backend only.
+    Packed(Arc<PackedMatrix>),
+}
+
+impl<B: Backend> Projection<B> {
+    /// # Shapes
+    /// - x: `[tokens, in]`
+    /// - output: `[tokens, out]`
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        match self {
+            Projection::Dense(w) => x.matmul(w.clone()),
+            Projection::Packed(w) => {
+                let [tokens, _] = x.dims();
+                let device = x.device();
+                let input = x
+                    .into_data()
+                    .into_vec::<f32>()
+                    .expect("the model's activations are f32");
+                let y = matmul_packed(&input, tokens, w);
+                Tensor::from_data(TensorData::new(y, [tokens, w.rows]), &device)
+            }
+        }
+    }
+
+    /// Bytes of weights one forward pass reads.
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            Projection::Dense(w) => w.shape().num_elements() * size_of::<f32>(),
+            Projection::Packed(w) => w.size_bytes(),
+        }
+    }
+}
