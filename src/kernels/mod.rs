@@ -1,6 +1,7 @@
 //! Hand-written CPU kernels behind the executor, for the work where burn's own fall short:
 //! matrix products against weights kept in ggml's quantised blocks.
 
+pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 pub mod matmul;

@@ -8,6 +8,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use super::device_cache::SlotRun;
+use crate::kernels::attention::{HeadShape, SequenceSpan, paged_attention};
 
 /// Backends that can scatter rows into the KV cache.
 pub trait KvCacheOps: Backend {
@@ -17,6 +18,22 @@ pub trait KvCacheOps: Backend {
     /// # Shapes
     /// - cache: `[slots, width]`, rows: `[tokens, width]`
     fn write_rows(cache: Tensor<Self, 2>, runs: &[SlotRun], rows: Tensor<Self, 2>) -> Tensor<Self, 2>;
+
+    /// Causal attention of `q` over the cache rows the spans name, read in place; `None` where
+    /// the backend has no such kernel and the caller gathers the context instead.
+    ///
+    /// # Shapes
+    /// - q: `[tokens, num_heads * head_dim]`, k_cache/v_cache: `[slots, kv_dim]`
+    /// - output: `[tokens, num_heads * head_dim]`
+    fn paged_attention(
+        _q: Tensor<Self, 2>,
+        _k_cache: &Tensor<Self, 2>,
+        _v_cache: &Tensor<Self, 2>,
+        _spans: &[SequenceSpan],
+        _shape: HeadShape,
+    ) -> Option<Tensor<Self, 2>> {
+        None
+    }
 }
 
 /// The portable path: one `slice_assign` per run.
@@ -59,6 +76,32 @@ impl KvCacheOps for burn::backend::Flex {
             }
             _ => write_rows_sliced(Tensor::from_primitive(TensorPrimitive::Float(primitive)), runs, rows),
         }
+    }
+
+    fn paged_attention(
+        q: Tensor<Self, 2>,
+        k_cache: &Tensor<Self, 2>,
+        v_cache: &Tensor<Self, 2>,
+        spans: &[SequenceSpan],
+        shape: HeadShape,
+    ) -> Option<Tensor<Self, 2>> {
+        use burn::tensor::{TensorData, TensorPrimitive};
+        let [tokens, width] = q.dims();
+        let device = q.device();
+        // The caches are read through a second handle that is dropped before the next write,
+        // so the in-place write above still finds them uniquely owned.
+        let (TensorPrimitive::Float(k), TensorPrimitive::Float(v)) =
+            (k_cache.clone().into_primitive(), v_cache.clone().into_primitive())
+        else {
+            return None;
+        };
+        let whole = |t: &burn_flex::FlexTensor| t.is_contiguous() && t.layout().start_offset() == 0;
+        if !whole(&k) || !whole(&v) {
+            return None;
+        }
+        let q = q.into_data().into_vec::<f32>().ok()?;
+        let out = paged_attention(&q, k.storage::<f32>(), v.storage::<f32>(), spans, shape);
+        Some(Tensor::from_data(TensorData::new(out, [tokens, width]), &device))
     }
 }
 

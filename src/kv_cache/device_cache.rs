@@ -5,6 +5,7 @@
 use burn::tensor::{Int, Tensor, TensorData};
 
 use super::backend_ops::KvCacheOps;
+use crate::kernels::attention::{HeadShape, SequenceSpan};
 
 /// Geometry of the device cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +108,25 @@ impl<B: KvCacheOps> PagedKvCache<B> {
         let v = cache.v.take().expect("layer V cache present between steps");
         cache.k = Some(B::write_rows(k, runs, k_new));
         cache.v = Some(B::write_rows(v, runs, v_new));
+    }
+
+    /// Causal attention of the step's queries read straight from this layer's cache, where
+    /// the backend has such a kernel (`None`: use [`gather`](Self::gather) and burn ops).
+    ///
+    /// # Shapes
+    /// - q: `[tokens, num_heads * head_dim]`
+    /// - output: `[tokens, num_heads * head_dim]`
+    pub fn attention(
+        &self,
+        layer: usize,
+        q: Tensor<B, 2>,
+        spans: &[SequenceSpan],
+        shape: HeadShape,
+    ) -> Option<Tensor<B, 2>> {
+        let cache = &self.layers[layer];
+        let k = cache.k.as_ref().expect("layer K cache present");
+        let v = cache.v.as_ref().expect("layer V cache present");
+        B::paged_attention(q, k, v, spans, shape)
     }
 
     /// Gathers the K/V rows of the given slots.

@@ -1,12 +1,15 @@
 //! The Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU) in burn,
 //! running a flattened batch of sequences against the paged KV cache.
 
+use std::cell::OnceCell;
+
 use burn::tensor::{Int, Tensor, TensorData, activation::silu, backend::Backend};
 
 use super::attention::causal_gqa;
 use super::config::LlamaConfig;
 use super::projection::Projection;
 use super::rope::RotaryEmbedding;
+use crate::kernels::attention::{HeadShape, SequenceSpan};
 use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
 
@@ -56,7 +59,10 @@ pub struct Llama<B: Backend> {
 struct StepLayout<B: KvCacheOps> {
     write_runs: Vec<SlotRun>,
     /// Per sequence: first row in the flattened batch, rows, and context slot ids.
-    sequences: Vec<(usize, usize, Tensor<B, 1, Int>)>,
+    sequences: Vec<(usize, usize, Vec<i64>)>,
+    /// The slot ids as device tensors, built on first use by backends without a paged
+    /// attention kernel.
+    slot_tensors: OnceCell<Vec<Tensor<B, 1, Int>>>,
 }
 
 impl<B: KvCacheOps> Llama<B> {
@@ -72,6 +78,7 @@ impl<B: KvCacheOps> Llama<B> {
         let mut layout = StepLayout {
             write_runs: Vec::new(),
             sequences: Vec::with_capacity(batch.len()),
+            slot_tensors: OnceCell::new(),
         };
         let mut logit_rows = Vec::new();
         for seq in batch {
@@ -84,7 +91,7 @@ impl<B: KvCacheOps> Llama<B> {
                 .write_runs
                 .extend(slot_runs(&seq.block_table, block_size, seq.start_position, len, row));
             let slots = context_slots(&seq.block_table, block_size, context);
-            layout.sequences.push((row, len, self.int_tensor(slots)));
+            layout.sequences.push((row, len, slots));
             if seq.wants_logits {
                 logit_rows.push((row + len - 1) as i64);
             }
@@ -133,18 +140,23 @@ impl<B: KvCacheOps> Llama<B> {
         let k = RotaryEmbedding::apply(k, cos, sin).reshape([tokens, kv_dim]);
         cache.write(index, &layout.write_runs, k, v);
 
-        let outputs: Vec<Tensor<B, 2>> = layout
+        let spans: Vec<SequenceSpan> = layout
             .sequences
             .iter()
-            .map(|(row, len, slots)| {
-                let (k_ctx, v_ctx) = cache.gather(index, slots.clone());
-                causal_gqa(q.clone().narrow(0, *row, *len), k_ctx, v_ctx, c.num_kv_heads)
+            .map(|(row, len, slots)| SequenceSpan {
+                first_row: *row,
+                len: *len,
+                slots,
             })
             .collect();
-        let attn = if outputs.len() == 1 {
-            outputs.into_iter().next().expect("one output")
-        } else {
-            Tensor::cat(outputs, 0)
+        let shape = HeadShape {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+        };
+        let attn = match cache.attention(index, q.clone().reshape([tokens, q_dim]), &spans, shape) {
+            Some(attn) => attn,
+            None => self.gathered_attention(index, q, layout, cache),
         };
         let x = x + layer.attn_out.forward(attn);
 
@@ -153,6 +165,41 @@ impl<B: KvCacheOps> Llama<B> {
         let gate = gate_up.clone().narrow(1, 0, c.intermediate_size);
         let up = gate_up.narrow(1, c.intermediate_size, c.intermediate_size);
         x + layer.down.forward(silu(gate) * up)
+    }
+
+    /// The portable attention: each sequence's context gathered into new tensors.
+    ///
+    /// # Shapes
+    /// - q: `[tokens, num_heads, head_dim]`
+    /// - output: `[tokens, num_heads * head_dim]`
+    fn gathered_attention(
+        &self,
+        index: usize,
+        q: Tensor<B, 3>,
+        layout: &StepLayout<B>,
+        cache: &PagedKvCache<B>,
+    ) -> Tensor<B, 2> {
+        let slot_tensors = layout.slot_tensors.get_or_init(|| {
+            layout
+                .sequences
+                .iter()
+                .map(|(_, _, slots)| self.int_tensor(slots.clone()))
+                .collect()
+        });
+        let outputs: Vec<Tensor<B, 2>> = layout
+            .sequences
+            .iter()
+            .zip(slot_tensors)
+            .map(|((row, len, _), slots)| {
+                let (k_ctx, v_ctx) = cache.gather(index, slots.clone());
+                causal_gqa(q.clone().narrow(0, *row, *len), k_ctx, v_ctx, self.config.num_kv_heads)
+            })
+            .collect();
+        if outputs.len() == 1 {
+            outputs.into_iter().next().expect("one output")
+        } else {
+            Tensor::cat(outputs, 0)
+        }
     }
 
     fn int_tensor(&self, values: Vec<i64>) -> Tensor<B, 1, Int> {
