@@ -11,6 +11,7 @@
 //! With `--scrape-metrics` it reads the server's `/metrics` before and after and prints the
 //! server's own token counts and latency means beside the client's.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -69,6 +70,8 @@ struct Args {
 #[derive(Default, Clone)]
 struct Outcome {
     ok: bool,
+    /// Why a failed request failed (HTTP status, connection or stream error).
+    error: Option<String>,
     input_tokens: u64,
     output_tokens: u64,
     ttft: f64,
@@ -140,15 +143,26 @@ fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt:
     }
     let start = Instant::now();
     let mut outcome = Outcome::default();
-    let Ok(resp) = client.post(format!("{}{path}", args.base_url)).json(&body).send() else {
-        return outcome;
+    let resp = match client.post(format!("{}{path}", args.base_url)).json(&body).send() {
+        Ok(resp) => resp,
+        Err(e) => {
+            outcome.error = Some(format!("request: {e}"));
+            return outcome;
+        }
     };
     if !resp.status().is_success() {
+        outcome.error = Some(format!("HTTP {}", resp.status().as_u16()));
         return outcome;
     }
     let mut last: Option<Instant> = None;
     for line in BufReader::new(resp).lines() {
-        let Ok(line) = line else { return outcome };
+        let line = match line {
+            Ok(line) => line,
+            Err(e) => {
+                outcome.error = Some(format!("stream: {e}"));
+                return outcome;
+            }
+        };
         let Some(data) = line.strip_prefix("data: ") else {
             continue;
         };
@@ -179,6 +193,9 @@ fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt:
     }
     outcome.e2e = start.elapsed().as_secs_f64();
     outcome.ok = last.is_some();
+    if !outcome.ok {
+        outcome.error = Some("stream ended without a token".into());
+    }
     outcome
 }
 
@@ -241,8 +258,12 @@ fn scrape(client: &reqwest::blocking::Client, base: &str) -> std::collections::H
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // A fresh connection per request: a pooled keep-alive connection that the server has
+    // timed out (llama-server closes idle ones after 5 s) would fail a request that never
+    // reached it, and the loopback connect costs far less than any request.
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(3600))
+        .pool_max_idle_per_host(0)
         .build()?;
     let model = match &args.model {
         Some(m) => m.clone(),
@@ -290,6 +311,11 @@ fn main() -> anyhow::Result<()> {
     bar.finish_and_clear();
     let duration = start.elapsed().as_secs_f64();
     let done: Vec<&Outcome> = outcomes.iter().filter(|o| o.ok).collect();
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    for error in outcomes.iter().filter(|o| !o.ok) {
+        let reason = error.error.clone().unwrap_or_else(|| "worker thread panicked".into());
+        *errors.entry(reason).or_default() += 1;
+    }
     let input: u64 = done.iter().map(|o| o.input_tokens).sum();
     let output: u64 = done.iter().map(|o| o.output_tokens).sum();
     let tpot: Vec<f64> = done
@@ -298,7 +324,7 @@ fn main() -> anyhow::Result<()> {
         .map(|o| (o.e2e - o.ttft) / (o.output_tokens - 1) as f64)
         .collect();
     let report = json!({
-        "base_url": args.base_url, "model": model, "completed": done.len(), "failed": outcomes.len() - done.len(),
+        "base_url": args.base_url, "model": model, "completed": done.len(), "failed": outcomes.len() - done.len(), "errors": errors,
         "duration_s": duration, "total_input_tokens": input, "total_output_tokens": output,
         "request_throughput": done.len() as f64 / duration, "input_throughput": input as f64 / duration,
         "output_throughput": output as f64 / duration,
@@ -319,6 +345,9 @@ fn main() -> anyhow::Result<()> {
         "output_throughput",
     ] {
         println!("| {key} | {} |", num(&report[key]));
+    }
+    for (reason, count) in &errors {
+        println!("| failed: {reason} | {count} |");
     }
     for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
         let s = &report[key];

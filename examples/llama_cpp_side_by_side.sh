@@ -225,11 +225,12 @@ run_llama() {
   port="$(free_port)"
   rm -f "$OUT_DIR"/llama-c*.json # no stale results if this run fails half-way
   log "starting llama-server on 127.0.0.1:$port"
-  # -kvu: one KV buffer shared by all slots, like kiln's paged pool; --cache-ram 0: no host-RAM
-  # prompt cache (kiln's prefix caching is off by default too); -cb: continuous batching.
+  # -kvu: one KV buffer shared by all slots, like kiln's paged pool; -cb: continuous batching;
+  # no prompt reuse across requests (--no-cache-prompt, --cache-ram 0), as kiln's prefix caching
+  # is off by default.
   "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
     -np "$SLOTS" -c "$KV_TOKENS" -kvu -cb -t "$THREADS" -tb "$THREADS" \
-    --cache-ram 0 --no-webui >"$log_file" 2>&1 &
+    --no-cache-prompt --cache-ram 0 --no-webui >"$log_file" 2>&1 &
   SERVER_PID=$!
   wait_ready "http://127.0.0.1:$port/health" '"ok"' "$log_file"
   bench_server llama "http://127.0.0.1:$port"
