@@ -101,7 +101,10 @@ fn main() -> anyhow::Result<()> {
         c.engine.max_num_batched_tokens = args.prefill_len.max(2048);
         c.model.dequantize_weights = args.dequantize_weights;
     })?;
-    let prompt: Vec<u32> = (0..args.prefill_len as u32).map(|i| 100 + (i * 37) % 20000).collect();
+    // Token ids spread over the model's vocabulary (any model, the tiny test one included).
+    let vocab = cfg.vocab_size as u32;
+    let token = |i: u32| (100 + i * 37) % vocab;
+    let prompt: Vec<u32> = (0..args.prefill_len as u32).map(token).collect();
     s.add(greedy_request("prefill", prompt, 1, true), Instant::now())?;
     let batch = s.schedule(Instant::now());
     let start = Instant::now();
@@ -125,7 +128,7 @@ fn main() -> anyhow::Result<()> {
             s.add(
                 greedy_request(
                     &format!("d{i}"),
-                    vec![504 + i as u32, 3575, 282, 4649],
+                    [504 + i as u32, 3575, 282, 4649].map(|id| id % vocab).to_vec(),
                     args.decode_steps as u32 + 1,
                     true,
                 ),

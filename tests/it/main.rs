@@ -1,6 +1,7 @@
 //! Integration tests, in one binary so the crate is linked once.
 
 mod api_tiny;
+mod benchmarks;
 mod common;
 mod model_formats;
 mod openai_client;

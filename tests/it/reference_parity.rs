@@ -20,7 +20,12 @@ fn model_path() -> PathBuf {
 }
 
 fn cases() -> Vec<Value> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/smollm2-greedy.json");
+    // The project's shared folder sits beside the repository; a clone elsewhere (as CI makes)
+    // is pointed at it with KILN_SHARED_DIR, which .ci/run sets.
+    let shared = std::env::var_os("KILN_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let path = shared.join("reference/smollm2-greedy.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let json: Value = serde_json::from_str(&text).expect("reference json");
     json["cases"].as_array().expect("cases").clone()

@@ -1,0 +1,165 @@
+//! The benchmark examples as a user runs them: `bench_serving` against a live server (here
+//! kiln on the tiny model) and `bench_engine` on a model file. `.ci/run` builds the examples.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::common::start_tiny;
+
+/// `target/<profile>/examples/NAME`, beside this test binary's `deps` folder.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --release --examples` (.ci/run does)",
+        path.display()
+    );
+    path
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The row `| label | client | server |` of the `--scrape-metrics` table.
+fn scraped_row(stdout: &str, label: &str) -> (f64, f64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("| {label} |")))
+        .unwrap_or_else(|| panic!("no `{label}` row in:\n{stdout}"));
+    let cells: Vec<f64> = line.split('|').filter_map(|c| c.trim().parse::<f64>().ok()).collect();
+    (cells[0], cells[1])
+}
+
+#[test]
+fn bench_serving_reports_every_request_and_agrees_with_the_servers_metrics() {
+    let tiny = start_tiny(|_| {});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("serving.json");
+    let dataset = dir.path().join("prompts.jsonl");
+    std::fs::write(&dataset, "{\"prompt\": \"hello there\"}\n{\"prompt\": \"a b c d\"}\n").expect("dataset");
+    let base_url = tiny.server.url("");
+    let stdout = run(Command::new(example("bench_serving")).args([
+        "--base-url",
+        &base_url,
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "3",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--ignore-eos",
+        "--scrape-metrics",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written")).expect("json");
+    assert_eq!(report["completed"], 6);
+    assert_eq!(report["failed"], 0);
+    // --ignore-eos: every request generates exactly --output-len tokens.
+    assert_eq!(report["total_output_tokens"], 24);
+    for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
+        for stat in ["mean", "p50", "p90", "p99"] {
+            let v = report[key][stat]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{key}.{stat} missing"));
+            assert!(v > 0.0, "{key}.{stat} = {v}");
+        }
+    }
+    assert!(report["e2e_ms"]["p50"].as_f64() >= report["ttft_ms"]["p50"].as_f64());
+    let tokens_per_s = report["output_throughput"].as_f64().expect("throughput");
+    let expected = 24.0 / report["duration_s"].as_f64().expect("duration");
+    assert!((tokens_per_s - expected).abs() < 1e-9 * expected.max(1.0));
+    // The server counted exactly the tokens and requests the client saw.
+    assert_eq!(scraped_row(&stdout, "output tokens"), (24.0, 24.0));
+    let (client_prompt, server_prompt) = scraped_row(&stdout, "prompt tokens");
+    assert_eq!(client_prompt, server_prompt);
+    assert_eq!(scraped_row(&stdout, "requests"), (6.0, 6.0));
+
+    // A dataset replaces the synthetic prompts; a dead server gives failures, not a crash.
+    run(Command::new(example("bench_serving")).args([
+        "--base-url",
+        &base_url,
+        "--dataset",
+        dataset.to_str().expect("utf-8 path"),
+        "--num-prompts",
+        "5",
+        "--output-len",
+        "3",
+        "--ignore-eos",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    assert_eq!(report["completed"], 2, "two prompts in the dataset");
+    assert_eq!(report["total_output_tokens"], 6);
+
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    run(Command::new(example("bench_serving")).args([
+        "--base-url",
+        &format!("http://127.0.0.1:{closed_port}"),
+        "--model",
+        "any",
+        "--num-prompts",
+        "2",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    assert_eq!(
+        (report["completed"].as_u64(), report["failed"].as_u64()),
+        (Some(0), Some(2))
+    );
+    let errors = report["errors"].as_object().expect("errors by reason");
+    assert!(errors.keys().all(|reason| reason.starts_with("request:")), "{errors:?}");
+}
+
+#[test]
+fn bench_engine_reports_prefill_decode_and_both_kernels() {
+    let tiny = start_tiny(|_| {});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("engine.json");
+    run(Command::new(example("bench_engine")).args([
+        "--model",
+        tiny.model_path.to_str().expect("utf-8 path"),
+        "--prefill-len",
+        "64",
+        "--decode-steps",
+        "4",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    for phase in ["prefill", "decode_1", "decode_8", "decode_32"] {
+        let tok_s = report[phase]["tok_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{phase}.tok_s missing"));
+        assert!(tok_s > 0.0 && tok_s.is_finite(), "{phase}: {tok_s}");
+        assert!(report[phase]["matmul_gflops"].as_f64().is_some_and(|g| g > 0.0));
+    }
+    let rates = report["matmul_rates"].as_array().expect("matmul_rates");
+    let rows: Vec<u64> = rates.iter().filter_map(|r| r["rows"].as_u64()).collect();
+    assert_eq!(rows, vec![1, 8, 32, 64]);
+    assert!(
+        rates
+            .iter()
+            .all(|r| r["packed_q4_1_gflops"].as_f64().is_some_and(|g| g > 0.0))
+    );
+}
