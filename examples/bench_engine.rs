@@ -32,16 +32,12 @@ struct Args {
     dequantize_weights: bool,
 }
 
-/// Median GFLOP/s of `[rows, k] × [k, n]` on the model's backend.
-fn matmul_rate(rows: usize, k: usize, n: usize) -> f64 {
-    let device = default_device();
-    let a = Tensor::<Backend, 2>::random([rows, k], Distribution::Default, &device);
-    let b = Tensor::<Backend, 2>::random([k, n], Distribution::Default, &device);
+/// Median GFLOP/s over 15 runs of `product`, which does `2 · rows · k · n` FLOPs.
+fn median_gflops(rows: usize, k: usize, n: usize, mut product: impl FnMut()) -> f64 {
     let mut times: Vec<f64> = (0..15)
         .map(|_| {
             let start = Instant::now();
-            let c = a.clone().matmul(b.clone());
-            let _ = c.into_data(); // forces the computation
+            product();
             start.elapsed().as_secs_f64()
         })
         .collect();
@@ -49,21 +45,25 @@ fn matmul_rate(rows: usize, k: usize, n: usize) -> f64 {
     2.0 * (rows * k * n) as f64 / times[times.len() / 2] / 1e9
 }
 
-/// Median GFLOP/s of the packed Q4_1 kernel for `[rows, k] × [n, k]ᵀ`.
+/// GFLOP/s of burn's `[rows, k] × [k, n]` on the model's backend.
+fn matmul_rate(rows: usize, k: usize, n: usize) -> f64 {
+    let device = default_device();
+    let a = Tensor::<Backend, 2>::random([rows, k], Distribution::Default, &device);
+    let b = Tensor::<Backend, 2>::random([k, n], Distribution::Default, &device);
+    median_gflops(rows, k, n, || {
+        let _ = a.clone().matmul(b.clone()).into_data(); // forces the computation
+    })
+}
+
+/// GFLOP/s of the packed Q4_1 kernel for `[rows, k] × [n, k]ᵀ`.
 fn packed_rate(rows: usize, k: usize, n: usize) -> f64 {
     let weights: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
     let bytes = quantize(GgmlType::Q4_1, &weights).expect("whole blocks");
     let w = PackedMatrix::from_ggml(GgmlType::Q4_1, &bytes, n, k).expect("packable");
     let x: Vec<f32> = (0..rows * k).map(|i| (i % 13) as f32 / 13.0).collect();
-    let mut times: Vec<f64> = (0..15)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(matmul_packed(&x, rows, &w));
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    2.0 * (rows * k * n) as f64 / times[times.len() / 2] / 1e9
+    median_gflops(rows, k, n, || {
+        std::hint::black_box(matmul_packed(&x, rows, &w));
+    })
 }
 
 fn main() -> anyhow::Result<()> {

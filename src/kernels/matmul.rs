@@ -68,9 +68,9 @@ fn gemm_panels(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     let mut y = vec![0.0f32; tokens * w.rows];
     let out = SharedOutput(y.as_mut_ptr());
     let (k, n_total) = (w.cols, w.rows);
-    (0..w.rows.div_ceil(GEMM_PANEL)).into_par_iter().for_each_init(
-        || vec![0.0f32; GEMM_PANEL * k],
-        |panel, p| {
+    (0..w.rows.div_ceil(GEMM_PANEL)).into_par_iter().for_each(|p| {
+        PANEL_SCRATCH.with_borrow_mut(|panel| {
+            panel.resize(GEMM_PANEL * k, 0.0);
             let rows = p * GEMM_PANEL..((p + 1) * GEMM_PANEL).min(n_total);
             let n = rows.len();
             for (i, r) in rows.clone().enumerate() {
@@ -103,9 +103,15 @@ fn gemm_panels(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
                     gemm::Parallelism::None,
                 );
             }
-        },
-    );
+        })
+    });
     y
+}
+
+thread_local! {
+    /// Each worker's widened panel, kept between calls: a fresh 192 KiB buffer per call
+    /// would be fresh zeroed pages from the kernel, 120 times a step.
+    static PANEL_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The output pointer shared by panels that write disjoint columns.

@@ -98,8 +98,18 @@ impl<B: KvCacheOps> Llama<B> {
         }
         let (cos, sin) = self.rope.tables(self.int_tensor(positions));
         let mut x = self.embed.clone().select(0, self.int_tensor(ids));
+        // The attention kernel's view of the layout, shared by every layer.
+        let spans: Vec<SequenceSpan> = layout
+            .sequences
+            .iter()
+            .map(|(row, len, slots)| SequenceSpan {
+                first_row: *row,
+                len: *len,
+                slots,
+            })
+            .collect();
         for (index, layer) in self.layers.iter().enumerate() {
-            x = self.layer_forward(index, layer, x, &cos, &sin, &layout, cache);
+            x = self.layer_forward(index, layer, x, &cos, &sin, &layout, &spans, cache);
         }
         let last = x.select(0, self.int_tensor(logit_rows));
         let normed = rms_norm(last, &self.final_norm, self.config.rms_norm_eps);
@@ -118,6 +128,7 @@ impl<B: KvCacheOps> Llama<B> {
         cos: &Tensor<B, 3>,
         sin: &Tensor<B, 3>,
         layout: &StepLayout<B>,
+        spans: &[SequenceSpan],
         cache: &mut PagedKvCache<B>,
     ) -> Tensor<B, 2> {
         let c = &self.config;
@@ -140,21 +151,12 @@ impl<B: KvCacheOps> Llama<B> {
         let k = RotaryEmbedding::apply(k, cos, sin).reshape([tokens, kv_dim]);
         cache.write(index, &layout.write_runs, k, v);
 
-        let spans: Vec<SequenceSpan> = layout
-            .sequences
-            .iter()
-            .map(|(row, len, slots)| SequenceSpan {
-                first_row: *row,
-                len: *len,
-                slots,
-            })
-            .collect();
         let shape = HeadShape {
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
         };
-        let attn = match cache.attention(index, q.clone().reshape([tokens, q_dim]), &spans, shape) {
+        let attn = match cache.attention(index, q.clone().reshape([tokens, q_dim]), spans, shape) {
             Some(attn) => attn,
             None => self.gathered_attention(index, q, layout, cache),
         };
