@@ -131,6 +131,44 @@ fn bench_serving_reports_every_request_and_agrees_with_the_servers_metrics() {
     assert!(errors.keys().all(|reason| reason.starts_with("request:")), "{errors:?}");
 }
 
+/// Chat endpoint, Poisson arrivals and output lengths drawn around `--output-len`.
+#[test]
+fn bench_serving_drives_chat_with_poisson_arrivals_and_varied_lengths() {
+    let tiny = start_tiny(|_| {});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("chat.json");
+    run(Command::new(example("bench_serving")).args([
+        "--base-url",
+        &tiny.server.url(""),
+        "--endpoint",
+        "chat",
+        "--num-prompts",
+        "8",
+        "--request-rate",
+        "200",
+        "--seed",
+        "3",
+        "--input-len",
+        "6",
+        "--output-len",
+        "4",
+        "--range-ratio",
+        "0.5",
+        "--ignore-eos",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    assert_eq!(
+        (report["completed"].as_u64(), report["failed"].as_u64()),
+        (Some(8), Some(0))
+    );
+    // Each request asks for 2..=6 tokens (4 ± 50 %) and, ignoring EOS, gets exactly that.
+    let output = report["total_output_tokens"].as_u64().expect("output tokens");
+    assert!((16..=48).contains(&output), "{output}");
+    assert_ne!(output, 32, "seed 3 draws lengths other than all 4s");
+}
+
 #[test]
 fn bench_engine_reports_prefill_decode_and_both_kernels() {
     let tiny = start_tiny(|_| {});
