@@ -222,6 +222,7 @@ pub fn prepare_engine<E: Executor>(
                 PreemptionMode::Recompute
             },
             enable_prefix_caching: config.engine.enable_prefix_caching,
+            async_scheduling: config.engine.async_scheduling,
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })

@@ -79,6 +79,9 @@ pub struct ServeArgs {
     /// Reuse the KV blocks of prompts that start like an earlier one.
     #[arg(long, env = "KILN_ENABLE_PREFIX_CACHING")]
     pub enable_prefix_caching: bool,
+    /// Schedule each step while the one before runs (true or false; default true).
+    #[arg(long, env = "KILN_ASYNC_SCHEDULING", action = clap::ArgAction::Set)]
+    pub async_scheduling: Option<bool>,
     #[arg(long, env = "KILN_MAX_REQUEST_BODY_BYTES")]
     pub max_request_body_bytes: Option<usize>,
     /// Turn telemetry off (to measure its cost).
@@ -151,6 +154,7 @@ impl ServeArgs {
         if self.enable_prefix_caching {
             c.engine.enable_prefix_caching = true;
         }
+        set(&mut c.engine.async_scheduling, &self.async_scheduling);
         set(&mut c.telemetry.engine_prefix, &self.engine_prefix);
         set(&mut c.telemetry.log_interval_s, &self.log_interval);
         set(&mut c.telemetry.metrics_listen, &self.metrics_listen);
@@ -202,6 +206,20 @@ mod tests {
         assert_eq!(c.server.port, 9001); // file
         assert_eq!(c.engine.max_num_seqs, 8); // flag beats file
         assert_eq!(c.engine.block_size, 16); // default
+    }
+
+    #[test]
+    fn async_scheduling_is_on_by_default_and_a_flag_turns_it_off() {
+        let parse = |extra: &[&str]| {
+            let cli = Cli::try_parse_from(["kiln", "serve"].iter().chain(extra)).expect("parses");
+            let Command::Serve(args) = cli.command else {
+                panic!("serve")
+            };
+            args.resolve().expect("valid").engine.async_scheduling
+        };
+        assert!(parse(&[]));
+        assert!(!parse(&["--async-scheduling", "false"]));
+        assert!(parse(&["--async-scheduling", "true"]));
     }
 
     #[test]

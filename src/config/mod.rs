@@ -67,6 +67,9 @@ pub struct EngineConfig {
     pub swap_space_gib: f64,
     /// Reuse the KV blocks of prompts that start like an earlier one.
     pub enable_prefix_caching: bool,
+    /// Schedule each step while the one before runs, so the executor never waits for the
+    /// scheduler.
+    pub async_scheduling: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -114,6 +117,7 @@ impl Default for EngineConfig {
             preemption_mode: "recompute".into(),
             swap_space_gib: 4.0,
             enable_prefix_caching: false,
+            async_scheduling: true,
         }
     }
 }

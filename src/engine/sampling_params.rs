@@ -65,6 +65,16 @@ impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0 || self.top_k == Some(1)
     }
+
+    /// Whether the sampler needs the tokens generated so far (a penalty reads them).
+    pub fn uses_output_tokens(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+    }
+
+    /// Whether the sampler needs the prompt's tokens (the repetition penalty reads them).
+    pub fn uses_prompt_tokens(&self) -> bool {
+        self.repetition_penalty != 1.0
+    }
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use actix::{Actor, Addr, Handler, Message, SyncArbiter, SyncContext};
 
 use super::Executor;
+use super::previous_samples::PreviousSamples;
 use crate::scheduler::output::{ModelOutput, SchedulerOutput};
 
 /// Run one step.
@@ -26,6 +28,11 @@ pub enum ExecutorError {
 
 pub struct ExecutorActor<E: Executor> {
     executor: E,
+    /// When the previous step ended: the time until the next one starts is the executor's
+    /// idle gap, which overlapped scheduling exists to close.
+    last_step_end: Option<Instant>,
+    /// What the last step sampled, for the placeholders of a step scheduled ahead.
+    previous_samples: PreviousSamples,
 }
 
 impl<E: Executor> Actor for ExecutorActor<E> {
@@ -36,10 +43,37 @@ impl<E: Executor> Handler<ExecuteBatch> for ExecutorActor<E> {
     type Result = Result<ModelOutput, ExecutorError>;
 
     fn handle(&mut self, msg: ExecuteBatch, _: &mut Self::Context) -> Self::Result {
+        let start = Instant::now();
+        let idle = self.last_step_end.map(|end| start.duration_since(end));
+        let batch = match self.previous_samples.resolve(&msg.batch) {
+            Ok(batch) => batch,
+            Err(error) => {
+                self.previous_samples.clear();
+                return Err(error);
+            }
+        };
         let executor = &mut self.executor;
-        match catch_unwind(AssertUnwindSafe(|| executor.execute(&msg.batch))) {
-            Ok(result) => result,
+        let outcome = catch_unwind(AssertUnwindSafe(|| executor.execute(&batch)));
+        let end = Instant::now();
+        self.last_step_end = Some(end);
+        tracing::debug!(
+            sequences = msg.batch.sequences.len(),
+            tokens = msg.batch.num_tokens(),
+            busy_us = end.duration_since(start).as_micros() as u64,
+            idle_us = idle.map(|d| d.as_micros() as u64),
+            "executed a step"
+        );
+        match outcome {
+            Ok(Ok(output)) => {
+                self.previous_samples.record(&batch, &output);
+                Ok(output)
+            }
+            Ok(Err(error)) => {
+                self.previous_samples.clear();
+                Err(error)
+            }
             Err(panic) => {
+                self.previous_samples.clear();
                 let message = panic
                     .downcast_ref::<String>()
                     .cloned()
@@ -62,6 +96,10 @@ pub fn start_executor<E: Executor>(executor: E) -> Addr<ExecutorActor<E>> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take()
             .expect("the executor thread is started once");
-        ExecutorActor { executor }
+        ExecutorActor {
+            executor,
+            last_step_end: None,
+            previous_samples: PreviousSamples::default(),
+        }
     })
 }

@@ -4,6 +4,7 @@ pub mod actor;
 pub mod fake;
 pub mod host_pool;
 pub mod model_runner;
+pub mod previous_samples;
 pub mod sampler;
 
 pub use actor::{ExecuteBatch, ExecutorActor, ExecutorError, start_executor};

@@ -1,6 +1,7 @@
-//! `SchedulerActor`: a thin actor around [`Scheduler`]. It keeps one batch in flight on the
-//! executor, routes token events to each request's channel, and reports stats to the
-//! stats actor with `do_send` (never awaited).
+//! `SchedulerActor`: a thin actor around [`Scheduler`]. It keeps the executor fed (with
+//! async scheduling, one step running and the next one queued behind it), routes token
+//! events to each request's channel, and reports stats to the stats actor with `do_send`
+//! (never awaited).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::types::RequestId;
 use crate::executor::ExecuteBatch;
+use crate::scheduler::output::SchedulerOutput;
 use crate::stats::actor::{AdmissionRejected, RecordStep, StatsActor};
 use crate::stats::data::SchedulerStats;
 
@@ -23,7 +25,11 @@ pub struct SchedulerActor {
     executor: Recipient<ExecuteBatch>,
     stats: Addr<StatsActor>,
     channels: HashMap<RequestId, UnboundedSender<TokenEvent>>,
-    in_flight: bool,
+    /// Steps sent to the executor and not answered: at most 2 (one running, one queued).
+    in_flight: usize,
+    /// A step failed while another was queued: schedule nothing until that one is back,
+    /// so its failure cannot reach requests admitted after the first.
+    draining: bool,
 }
 
 impl SchedulerActor {
@@ -33,38 +39,60 @@ impl SchedulerActor {
             executor,
             stats,
             channels: HashMap::new(),
-            in_flight: false,
+            in_flight: 0,
+            draining: false,
         }
     }
 
-    /// Starts the next step unless one is running or there is nothing to do.
+    /// Sends steps to the executor until it has as many as it should hold.
     fn step(&mut self, ctx: &mut Context<Self>) {
-        if self.in_flight || !self.scheduler.has_work() {
-            return;
+        while let Some(batch) = self.next_batch() {
+            self.send(Arc::new(batch), ctx);
         }
-        let batch = Arc::new(self.scheduler.schedule(Instant::now()));
-        if batch.is_empty() {
-            return;
+    }
+
+    /// The next step to send: a normal one when the executor is idle, a look-ahead one
+    /// while it runs a step (async scheduling), else none.
+    fn next_batch(&mut self) -> Option<SchedulerOutput> {
+        if !self.scheduler.has_work() {
+            return None;
         }
-        self.in_flight = true;
+        let batch = match self.in_flight {
+            0 => self.scheduler.schedule(Instant::now()),
+            1 if self.scheduler.config().async_scheduling && !self.draining => {
+                self.scheduler.schedule_ahead(Instant::now())?
+            }
+            _ => return None,
+        };
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    fn send(&mut self, batch: Arc<SchedulerOutput>, ctx: &mut Context<Self>) {
+        self.in_flight += 1;
         let request = self.executor.send(ExecuteBatch {
             batch: Arc::clone(&batch),
         });
         ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            act.in_flight = false;
+            act.in_flight -= 1;
             let now = Instant::now();
             let step = match result {
                 Ok(Ok(output)) => act.scheduler.update_from_output(&batch, output, now),
                 Ok(Err(error)) => act.fail_batch(EngineError::Executor(error.to_string()), now),
                 Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
             };
+            if act.in_flight == 0 {
+                act.draining = false;
+            }
             act.publish(step);
             act.step(ctx);
         }));
     }
 
+    /// The executor lost its cache state: every running request fails, including those in
+    /// a step queued behind the failed one.
     fn fail_batch(&mut self, error: EngineError, now: Instant) -> StepResult {
         tracing::error!(%error, "step failed; failing the running requests");
+        self.draining = self.in_flight > 0;
         self.scheduler.fail_running(&error, now)
     }
 
@@ -158,3 +186,7 @@ impl Handler<GetLoad> for SchedulerActor {
         actix::MessageResult(self.scheduler.make_stats_snapshot())
     }
 }
+
+#[cfg(test)]
+#[path = "actor_tests.rs"]
+mod tests;

@@ -6,12 +6,21 @@ use crate::engine::events::TokenLogprobs;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::RequestId;
 
+/// Stands in for a token that the step before samples; the executor replaces it (see
+/// [`ScheduledSequence::last_token_pending`]).
+pub const PENDING_TOKEN: u32 = u32::MAX;
+
 /// One sequence's work in a step.
 #[derive(Debug, Clone)]
 pub struct ScheduledSequence {
     pub id: RequestId,
     /// Tokens to run this step (a prompt chunk, a recompute, or the last sampled token).
     pub token_ids: Vec<u32>,
+    /// The last of `token_ids` is [`PENDING_TOKEN`]: this step was scheduled while the step
+    /// before ran, and the token that step samples for this sequence goes here (also at the
+    /// end of `output_token_ids` when a penalty needs them). The executor, which ran that
+    /// step, fills it in.
+    pub last_token_pending: bool,
     /// Position of `token_ids[0]`.
     pub start_position: usize,
     /// Blocks covering positions `0 .. start_position + token_ids.len()`.
@@ -19,7 +28,8 @@ pub struct ScheduledSequence {
     /// Whether a token is sampled after this step (false for a non-final prompt chunk).
     pub sample: bool,
     pub params: Arc<SamplingParams>,
-    /// How many tokens were generated so far (the seeded RNG stream position).
+    /// How many tokens were generated before this step's sample, pending ones included
+    /// (the seeded RNG stream position).
     pub num_generated: usize,
     /// The generated tokens, sent only when a penalty needs them (empty otherwise).
     pub output_token_ids: Vec<u32>,

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::output::{ModelOutput, ScheduledSequence, SchedulerOutput};
+use super::output::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use super::request::{NewRequest, Request};
 use crate::engine::events::{EngineError, TokenEvent, TokenUsage};
 use crate::engine::messages::AbortReason;
@@ -29,6 +29,8 @@ pub struct SchedulerConfig {
     pub num_cpu_blocks: usize,
     pub preemption_mode: PreemptionMode,
     pub enable_prefix_caching: bool,
+    /// Schedule each step while the one before runs ([`Scheduler::schedule_ahead`]).
+    pub async_scheduling: bool,
 }
 
 /// What preemption does with a request's KV blocks.
@@ -123,14 +125,19 @@ impl Scheduler {
     /// Chooses the next batch: running requests first (decodes and prompt chunks), then
     /// swapped ones back in, then waiting ones in arrival order, while the token budget, the
     /// sequence limit and the cache allow. When blocks run out, the newest running request is
-    /// preempted (swapped out, or recomputed later).
+    /// preempted (swapped out, or recomputed later). Only for when no step is in flight
+    /// (see [`Self::schedule_ahead`]).
     pub fn schedule(&mut self, now: Instant) -> SchedulerOutput {
+        debug_assert!(
+            self.running.iter().all(|r| r.num_in_flight == 0),
+            "schedule() with a step in flight; use schedule_ahead()"
+        );
         let mut out = SchedulerOutput::default();
         let mut budget = self.config.max_num_batched_tokens;
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
-            let num_new = (self.running[i].total_len() - self.running[i].num_computed).min(budget);
+            let num_new = self.num_to_schedule(&self.running[i]).min(budget);
             let target = self.running[i].num_computed + num_new;
             let mut fits = true;
             while self.blocks.allocate_slots(&self.running[i].id, target).is_none() {
@@ -146,15 +153,83 @@ impl Scheduler {
                 break;
             }
             budget -= num_new;
-            out.sequences.push(self.scheduled(&self.running[i], num_new));
+            out.sequences
+                .push(Self::scheduled(&self.blocks, &mut self.running[i], num_new));
             i += 1;
         }
         // Admitting work in a step that had to preempt would only thrash.
         if !preempted {
             self.swap_in_swapped(&mut out, &mut budget);
+            // Swapped requests are older than waiting ones: they come back first (FCFS).
+            if self.swapped.is_empty() {
+                self.admit_waiting(&mut out, &mut budget, now);
+            }
         }
-        // Swapped requests are older than waiting ones: they come back first (FCFS).
-        while !preempted && self.swapped.is_empty() && budget > 0 && self.running.len() < self.config.max_num_seqs {
+        out
+    }
+
+    /// Chooses the step after the one the executor is running, while it runs (vLLM's async
+    /// scheduling), so the executor starts it the moment the running step ends. A request
+    /// whose running step samples a token gets a placeholder for that token
+    /// ([`ScheduledSequence::last_token_pending`](super::output::ScheduledSequence)); one
+    /// whose pending token ends it by length is left out. If that token turns out to end it
+    /// (EOS, a stop string), the look-ahead step's work for it is wasted and its output
+    /// dropped. Returns `None` when the step would need a preemption or a swap-in: that step
+    /// waits for the running one to come back and goes through [`Self::schedule`].
+    pub fn schedule_ahead(&mut self, now: Instant) -> Option<SchedulerOutput> {
+        if !self.swapped.is_empty() {
+            return None;
+        }
+        // Plan the running requests first, without touching anything, to see if they fit.
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut plan = Vec::new();
+        let mut blocks_needed = 0;
+        for (index, request) in self.running.iter().enumerate() {
+            let num_new = self.num_to_schedule(request).min(budget);
+            if num_new == 0 {
+                continue;
+            }
+            let have = self.blocks.block_table(&request.id).len();
+            blocks_needed += self
+                .blocks
+                .blocks_for(request.num_scheduled() + num_new)
+                .saturating_sub(have);
+            budget -= num_new;
+            plan.push((index, num_new));
+        }
+        if blocks_needed > self.blocks.num_free_blocks() {
+            return None;
+        }
+        let mut out = SchedulerOutput::default();
+        for (index, num_new) in plan {
+            let request = &mut self.running[index];
+            let grown = self
+                .blocks
+                .allocate_slots(&request.id, request.num_scheduled() + num_new);
+            debug_assert!(grown.is_some(), "the plan's blocks were counted as free");
+            out.sequences.push(Self::scheduled(&self.blocks, request, num_new));
+        }
+        self.admit_waiting(&mut out, &mut budget, now);
+        Some(out)
+    }
+
+    /// Tokens a running request can run next: the rest of its prompt (or of a recompute),
+    /// or its latest token, possibly one a step in flight has yet to sample. 0 when that
+    /// pending token ends the request by length, or when everything is already in flight.
+    fn num_to_schedule(&self, request: &Request) -> usize {
+        let pending_ends_it = request.num_pending_samples > 0
+            && (request.num_generated_with_pending() >= request.params.max_tokens as usize
+                || request.len_with_pending() >= self.config.max_model_len);
+        if pending_ends_it {
+            return 0;
+        }
+        request.len_with_pending() - request.num_scheduled()
+    }
+
+    /// Admits waiting requests in arrival order while the budget, the sequence limit and
+    /// the cache allow (never by preempting).
+    fn admit_waiting(&mut self, out: &mut SchedulerOutput, budget: &mut usize, now: Instant) {
+        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
             let Some(request) = self.waiting.front_mut() else {
                 break;
             };
@@ -162,7 +237,7 @@ impl Scheduler {
                 let tokens = request.tokens(0, request.total_len());
                 request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
             }
-            let num_new = (request.total_len() - request.num_computed).min(budget);
+            let num_new = (request.total_len() - request.num_computed).min(*budget);
             if self
                 .blocks
                 .allocate_slots(&request.id, request.num_computed + num_new)
@@ -175,11 +250,10 @@ impl Scheduler {
             }
             let mut request = self.waiting.pop_front().expect("front exists");
             request.timestamps.scheduled.get_or_insert(now);
-            budget -= num_new;
-            out.sequences.push(self.scheduled(&request, num_new));
+            *budget -= num_new;
+            out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
             self.running.push(request);
         }
-        out
     }
 
     /// Brings swapped requests back while their blocks, one more token each, the budget and
@@ -198,13 +272,13 @@ impl Scheduler {
                 break;
             };
             out.swap_in.extend(pairs);
-            let request = self.swapped.pop_front().expect("front exists");
+            let mut request = self.swapped.pop_front().expect("front exists");
             let target = request.num_computed + num_new;
             // Checked above: the free blocks cover the swapped table plus the new tokens.
             let grown = self.blocks.allocate_slots(&request.id, target);
             debug_assert!(grown.is_some(), "room for a swapped-in request was checked");
             *budget -= num_new;
-            out.sequences.push(self.scheduled(&request, num_new));
+            out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
             self.running.push(request);
         }
     }
@@ -225,32 +299,51 @@ impl Scheduler {
         self.preempt_by_recompute(index);
     }
 
-    fn scheduled(&self, request: &Request, num_new: usize) -> ScheduledSequence {
+    /// The next `num_new` tokens of `request` as a step's sequence, counted as in flight
+    /// until [`Self::update_from_output`] sees them come back.
+    fn scheduled(blocks: &BlockManager, request: &mut Request, num_new: usize) -> ScheduledSequence {
+        let start = request.num_scheduled();
+        let end = start + num_new;
+        let mut token_ids = request.tokens(start, num_new);
+        // Past the known tokens lies the one the step in flight samples.
+        let last_token_pending = end > request.total_len();
+        if last_token_pending {
+            debug_assert_eq!(end, request.total_len() + 1, "at most one step in flight");
+            token_ids.push(PENDING_TOKEN);
+        }
+        let sample = end == request.len_with_pending();
         let params = &request.params;
-        ScheduledSequence {
+        let sequence = ScheduledSequence {
             id: request.id.clone(),
-            token_ids: request.tokens(request.num_computed, num_new),
-            start_position: request.num_computed,
-            block_table: self.blocks.block_table(&request.id).to_vec(),
-            sample: request.num_computed + num_new == request.total_len(),
+            token_ids,
+            last_token_pending,
+            start_position: start,
+            block_table: blocks.block_table(&request.id).to_vec(),
+            sample,
             params: Arc::clone(params),
-            num_generated: request.output.len(),
-            output_token_ids: if params.repetition_penalty != 1.0
-                || params.frequency_penalty != 0.0
-                || params.presence_penalty != 0.0
-            {
+            num_generated: request.num_generated_with_pending(),
+            output_token_ids: if params.uses_output_tokens() {
                 request.output.clone()
             } else {
                 Vec::new()
             },
-            prompt_token_ids: (params.repetition_penalty != 1.0).then(|| Arc::clone(&request.prompt)),
+            prompt_token_ids: params.uses_prompt_tokens().then(|| Arc::clone(&request.prompt)),
+        };
+        request.num_in_flight += num_new;
+        if sample {
+            request.num_pending_samples += 1;
         }
+        sequence
     }
 
     /// Frees a running request's blocks and puts it back at the head of the queue; its
     /// prompt and generated tokens are recomputed when it runs again.
     fn preempt_by_recompute(&mut self, index: usize) {
         let mut request = self.running.remove(index);
+        debug_assert_eq!(
+            request.num_in_flight, 0,
+            "only requests with no step in flight are preempted"
+        );
         self.blocks.free(&request.id);
         request.num_computed = 0;
         tracing::debug!(id = %request.id, "preempted (recompute)");
@@ -272,6 +365,10 @@ impl Scheduler {
             let prompt_len = request.prompt.len();
             let start = request.num_computed;
             request.num_computed += seq.token_ids.len();
+            request.num_in_flight -= seq.token_ids.len();
+            if seq.sample {
+                request.num_pending_samples -= 1;
+            }
             iteration.num_prefill_tokens_computed +=
                 (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
             // Only a step that fills a block gives the prefix cache something new to register

@@ -1,18 +1,21 @@
 //! Scheduler tests driven directly with the fake executor: no actors, no model.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{PreemptionMode, Scheduler, SchedulerConfig};
+use super::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::AbortReason;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::{FinishReason, Operation};
 use crate::executor::Executor;
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
+use crate::executor::previous_samples::PreviousSamples;
+use crate::scheduler::output::SchedulerOutput;
 use crate::scheduler::request::NewRequest;
 
 const EOS: u32 = 999;
@@ -28,6 +31,7 @@ fn config(blocks: usize) -> SchedulerConfig {
         num_cpu_blocks: 0,
         preemption_mode: PreemptionMode::Recompute,
         enable_prefix_caching: false,
+        async_scheduling: false,
     }
 }
 
@@ -212,110 +216,162 @@ fn aborts_free_blocks_and_report_the_reason() {
     );
 }
 
-#[test]
-fn a_failed_batch_fails_every_running_request_once() {
-    let mut s = Scheduler::new(config(64), vec![EOS]);
-    s.add(request("a", 5, 10), Instant::now()).expect("admitted");
-    s.add(request("b", 5, 10), Instant::now()).expect("admitted");
-    let _ = s.schedule(Instant::now());
-    let step = s.fail_running(&EngineError::Executor("boom".into()), Instant::now());
-    assert_eq!(step.events.len(), 2);
-    assert!(step.events.iter().all(|(_, e)| matches!(e, TokenEvent::Failed { .. })));
-    assert!(
-        step.iteration_stats
-            .finished
-            .iter()
-            .all(|f| f.finish_reason == FinishReason::Error)
-    );
-    assert_eq!(s.num_block_owners(), 0);
-    assert!(!s.has_work());
-}
-
-/// Thousands of random arrivals, lengths and aborts: every request ends exactly once with a
-/// reason that matches what happened to it, and no block leaks, in every preemption mode.
+/// Random arrivals, prompt lengths, lengths and aborts under cache pressure: every request
+/// finishes exactly once, with the reason and the tokens that match what happened to it, and
+/// no block leaks, in every preemption mode, with and without async scheduling.
 #[test]
 fn random_simulation_finishes_every_request_exactly_once() {
-    for (mode, cpu_blocks, prefix) in [
-        (PreemptionMode::Recompute, 0, false),
-        (PreemptionMode::Swap, 24, false),
-        (PreemptionMode::Swap, 8, true),
-        (PreemptionMode::Recompute, 0, true),
-    ] {
-        let mut cfg = config(40);
-        cfg.preemption_mode = mode;
-        cfg.num_cpu_blocks = cpu_blocks;
-        cfg.enable_prefix_caching = prefix;
-        simulate(cfg, 2000);
+    for async_scheduling in [false, true] {
+        for (mode, cpu_blocks, prefix) in [
+            (PreemptionMode::Recompute, 0, false),
+            (PreemptionMode::Swap, 24, false),
+            (PreemptionMode::Swap, 8, true),
+            (PreemptionMode::Recompute, 0, true),
+        ] {
+            let mut cfg = config(40);
+            cfg.preemption_mode = mode;
+            cfg.num_cpu_blocks = cpu_blocks;
+            cfg.enable_prefix_caching = prefix;
+            cfg.async_scheduling = async_scheduling;
+            simulate(cfg, 2000);
+        }
+    }
+}
+
+/// Runs steps the way `SchedulerActor` does: with async scheduling the next step is
+/// scheduled while the one before is in flight, and its placeholders are filled in the way
+/// the executor thread fills them.
+struct Driver {
+    fake: FakeExecutor,
+    previous: PreviousSamples,
+    in_flight: VecDeque<Arc<SchedulerOutput>>,
+    /// Steps scheduled ahead, and placeholders they carried.
+    ahead_steps: usize,
+    placeholders: usize,
+}
+
+impl Driver {
+    fn new() -> Self {
+        Self {
+            fake: FakeExecutor::new(1000, FakeBehaviour::default()),
+            previous: PreviousSamples::default(),
+            in_flight: VecDeque::new(),
+            ahead_steps: 0,
+            placeholders: 0,
+        }
+    }
+
+    /// Sends what the actor would send, then runs the oldest step in flight and applies
+    /// its output; `None` when nothing was in flight.
+    fn step(&mut self, s: &mut Scheduler, t: Instant) -> Option<StepResult> {
+        if self.in_flight.is_empty() && s.has_work() {
+            let batch = s.schedule(t);
+            if !batch.is_empty() {
+                self.in_flight.push_back(Arc::new(batch));
+            }
+        }
+        if self.in_flight.len() == 1
+            && s.config().async_scheduling
+            && s.has_work()
+            && let Some(batch) = s.schedule_ahead(t)
+            && !batch.is_empty()
+        {
+            self.ahead_steps += 1;
+            self.placeholders += batch.sequences.iter().filter(|s| s.last_token_pending).count();
+            self.in_flight.push_back(Arc::new(batch));
+        }
+        let batch = self.in_flight.pop_front()?;
+        let resolved = self.previous.resolve(&batch).expect("every placeholder has its token");
+        let out = self.fake.execute(&resolved).expect("runs");
+        self.previous.record(&resolved, &out);
+        Some(s.update_from_output(&batch, out, t))
     }
 }
 
 fn simulate(cfg: SchedulerConfig, total: usize) {
     let label = format!(
-        "{:?}/{} host/prefix {}",
-        cfg.preemption_mode, cfg.num_cpu_blocks, cfg.enable_prefix_caching
+        "{:?}/{} host/prefix {}/async {}",
+        cfg.preemption_mode, cfg.num_cpu_blocks, cfg.enable_prefix_caching, cfg.async_scheduling
     );
     let mut rng = StdRng::seed_from_u64(42);
     let mut s = Scheduler::new(cfg, vec![EOS]);
-    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let mut driver = Driver::new();
     let mut finished: HashMap<String, (FinishReason, usize)> = HashMap::new();
+    let mut tokens: HashMap<String, Vec<u32>> = HashMap::new();
     let mut aborted = std::collections::HashSet::new();
-    let mut admitted = Vec::new();
+    // What each admitted request should produce: its first token, and how many until EOS
+    // (`None`: it runs to `max_tokens`).
+    let mut expected: HashMap<String, (u32, Option<usize>, usize)> = HashMap::new();
     let (mut next, mut swapped_seen, mut hits) = (0, 0, 0);
-    let record = |id: String, e: TokenEvent, finished: &mut HashMap<String, (FinishReason, usize)>| {
-        if let TokenEvent::Finished { reason, usage, .. } = e {
-            assert!(
-                finished.insert(id.clone(), (reason, usage.completion_tokens)).is_none(),
-                "{id} finished twice"
-            );
-        }
+    let mut record = |id: String, e: TokenEvent, finished: &mut HashMap<String, (FinishReason, usize)>| match e {
+        TokenEvent::Finished { reason, usage, .. } => assert!(
+            finished.insert(id.clone(), (reason, usage.completion_tokens)).is_none(),
+            "{id} finished twice"
+        ),
+        TokenEvent::Token { id: token, .. } => tokens.entry(id).or_default().push(token),
+        TokenEvent::Failed { error } => panic!("{id} failed: {error}"),
     };
     let now = Instant::now();
     let mut clock = 0u64;
-    while next < total || s.has_work() {
+    while next < total || s.has_work() || !driver.in_flight.is_empty() {
         clock += 1;
         let t = now + Duration::from_millis(clock);
         for _ in 0..rng.random_range(0..4) {
             if next < total {
                 let id = format!("r{next}");
-                let mut r = request(&id, rng.random_range(1..60), rng.random_range(1..30));
+                let max_tokens = rng.random_range(1..30);
+                let mut r = request(&id, rng.random_range(1..60), max_tokens);
                 // A few shared openings so prefix caching has something to find.
                 let opening = rng.random_range(0..3u32);
                 for (k, t) in r.prompt_token_ids.iter_mut().enumerate().take(12) {
                     *t = opening * 13 + k as u32;
                 }
+                // Some reach EOS (the fake counts up from the last prompt token).
+                let until_eos = rng.random_bool(0.3).then(|| rng.random_range(1..20usize));
+                if let Some(n) = until_eos {
+                    *r.prompt_token_ids.last_mut().expect("prompt") = EOS - n as u32;
+                }
+                let first = r.prompt_token_ids.last().expect("prompt") + 1;
                 if s.add(r, t).is_ok() {
-                    admitted.push(id);
+                    expected.insert(id, (first, until_eos, max_tokens as usize));
                 }
                 next += 1;
             }
         }
-        if rng.random_bool(0.05) && !admitted.is_empty() {
-            let id = admitted[rng.random_range(0..admitted.len())].clone();
+        if rng.random_bool(0.05) && !expected.is_empty() {
+            let id = format!("r{}", rng.random_range(0..next));
             if let Some(e) = s.abort(&id, AbortReason::ClientGone, t) {
                 aborted.insert(id.clone());
                 record(id, e, &mut finished);
             }
         }
-        if !s.has_work() {
+        let Some(step) = driver.step(&mut s, t) else {
             continue;
-        }
-        let batch = s.schedule(t);
-        let out = fake.execute(&batch).expect("runs");
-        let step = s.update_from_output(&batch, out, t);
+        };
         swapped_seen = swapped_seen.max(step.scheduler_stats.num_swapped);
         hits += step.scheduler_stats.prefix_cache_hits;
         for (id, e) in step.events {
             record(id, e, &mut finished);
         }
     }
-    assert_eq!(finished.len(), admitted.len(), "{label}");
-    for (id, (reason, _)) in &finished {
-        let expected = if aborted.contains(id) {
-            FinishReason::Abort
+    assert_eq!(finished.len(), expected.len(), "{label}");
+    for (id, (reason, completion_tokens)) in &finished {
+        let got = tokens.get(id).map_or(&[][..], Vec::as_slice);
+        assert_eq!(got.len(), *completion_tokens, "{label}: {id}");
+        let (first, until_eos, max_tokens) = expected[id];
+        let counting_up: Vec<u32> = (first..).take(got.len()).collect();
+        assert_eq!(got, counting_up, "{label}: {id}'s tokens");
+        if aborted.contains(id) {
+            assert_eq!(*reason, FinishReason::Abort, "{label}: {id}");
+        } else if let Some(n) = until_eos.filter(|n| *n <= max_tokens) {
+            assert_eq!((*reason, got.len()), (FinishReason::Stop, n), "{label}: {id}");
         } else {
-            FinishReason::Length
-        };
-        assert_eq!(*reason, expected, "{label}: {id}");
+            assert_eq!(
+                (*reason, got.len()),
+                (FinishReason::Length, max_tokens),
+                "{label}: {id}"
+            );
+        }
     }
     assert_eq!(s.num_block_owners(), 0, "{label}");
     let stats = s.make_stats();
@@ -329,6 +385,14 @@ fn simulate(cfg: SchedulerConfig, total: usize) {
     }
     if s.config().enable_prefix_caching {
         assert!(hits > 0, "{label}: no prefix hits");
+    }
+    if s.config().async_scheduling {
+        assert!(
+            driver.ahead_steps > 100 && driver.placeholders > 100,
+            "{label}: {} steps scheduled ahead, {} placeholders",
+            driver.ahead_steps,
+            driver.placeholders
+        );
     }
 }
 

@@ -27,6 +27,11 @@ pub(crate) struct Request {
     pub timestamps: RequestTimestamps,
     /// Tokens whose K/V are in the cache (0 again after a recompute preemption).
     pub num_computed: usize,
+    /// Tokens in steps sent to the executor that have not come back yet.
+    pub num_in_flight: usize,
+    /// Tokens those steps will sample: not known yet, so a step scheduled ahead feeds the
+    /// executor a placeholder for them.
+    pub num_pending_samples: usize,
     /// Whether `prompt_tokens_total` has counted this request (once, at its first token).
     pub prefill_counted: bool,
 }
@@ -43,6 +48,8 @@ impl Request {
             operation: new.operation,
             timestamps,
             num_computed: 0,
+            num_in_flight: 0,
+            num_pending_samples: 0,
             prefill_counted: false,
         }
     }
@@ -50,6 +57,21 @@ impl Request {
     /// Prompt plus generated tokens.
     pub fn total_len(&self) -> usize {
         self.prompt.len() + self.output.len()
+    }
+
+    /// Tokens computed or on their way: where the next step starts.
+    pub fn num_scheduled(&self) -> usize {
+        self.num_computed + self.num_in_flight
+    }
+
+    /// Prompt, generated and still-to-be-sampled tokens.
+    pub fn len_with_pending(&self) -> usize {
+        self.total_len() + self.num_pending_samples
+    }
+
+    /// Generated tokens, counting the ones steps in flight will sample.
+    pub fn num_generated_with_pending(&self) -> usize {
+        self.output.len() + self.num_pending_samples
     }
 
     /// Tokens `start .. start + len` of prompt ++ output.

@@ -313,3 +313,44 @@ fn chunked_prefill_gives_the_same_greedy_output_as_one_pass() {
     assert_eq!(completion_text(&a), completion_text(&b));
     assert_eq!(b["usage"]["prompt_tokens"], 150);
 }
+
+#[test]
+fn async_scheduling_gives_the_same_outputs_as_scheduling_after_each_step() {
+    // Greedy, a penalty (which reads the generated tokens, the pending one included), and
+    // seeded sampling (whose random stream is indexed by the number of generated tokens).
+    let bodies = [
+        json!({"prompt": "the quick brown fox", "max_tokens": 24, "temperature": 0, "ignore_eos": true}),
+        json!({"prompt": "bb bb bb", "max_tokens": 24, "temperature": 0, "frequency_penalty": 1.5,
+               "repetition_penalty": 1.3, "ignore_eos": true}),
+        json!({"prompt": "a longer prompt, sampled", "max_tokens": 24, "temperature": 0.9, "top_p": 0.9,
+               "seed": 1234, "n": 2, "presence_penalty": 0.7, "ignore_eos": true}),
+    ];
+    let run_all = |t: &crate::common::Tiny| -> Vec<Value> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .map(|body| scope.spawn(move || t.post("/v1/completions", body)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    let (status, body) = h.join().expect("thread");
+                    assert_eq!(status, 200, "{body}");
+                    body["choices"].clone()
+                })
+                .collect()
+        })
+    };
+    let after_each_step = run_all(&start_tiny(|c| c.engine.async_scheduling = false));
+    let ahead = run_all(&start_tiny(|c| c.engine.async_scheduling = true));
+    for (a, b) in after_each_step.iter().zip(&ahead) {
+        assert_eq!(a, b);
+    }
+    let texts: Vec<&str> = after_each_step
+        .iter()
+        .flat_map(|choices| choices.as_array().expect("choices"))
+        .map(|c| c["text"].as_str().expect("text"))
+        .collect();
+    assert_eq!(texts.len(), 4);
+    assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
+}

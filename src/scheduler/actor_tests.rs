@@ -1,0 +1,145 @@
+//! The actor with the real `ExecutorActor` and a fake model: async scheduling keeps a
+//! second step queued behind the running one.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Context, Handler, Recipient, ResponseFuture};
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::SchedulerActor;
+use crate::engine::events::TokenEvent;
+use crate::engine::messages::Generate;
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::{FinishReason, Operation};
+use crate::executor::fake::{FakeBehaviour, FakeExecutor};
+use crate::executor::{ExecuteBatch, Executor, ExecutorError, start_executor};
+use crate::scheduler::output::{ModelOutput, SchedulerOutput};
+use crate::scheduler::policy::{PreemptionMode, Scheduler, SchedulerConfig};
+use crate::stats::actor::{StatsActor, StatsActorConfig};
+
+/// How many steps the scheduler has sent so far.
+#[derive(Default)]
+struct SentSteps {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+/// Between the scheduler and the executor: counts every step the moment it is sent.
+struct Tap {
+    executor: Recipient<ExecuteBatch>,
+    sent: Arc<SentSteps>,
+}
+
+impl Actor for Tap {
+    type Context = Context<Self>;
+}
+
+impl Handler<ExecuteBatch> for Tap {
+    type Result = ResponseFuture<Result<ModelOutput, ExecutorError>>;
+
+    fn handle(&mut self, msg: ExecuteBatch, _: &mut Context<Self>) -> Self::Result {
+        *self.sent.count.lock().expect("lock") += 1;
+        self.sent.changed.notify_all();
+        let reply = self.executor.send(msg);
+        Box::pin(async move { reply.await.map_err(|e| ExecutorError::Failed(e.to_string()))? })
+    }
+}
+
+/// The fake model, except that step k does not finish until step k + 1 has been sent (or
+/// k is the last step): it only gets through a request if every step was scheduled while
+/// the one before ran.
+struct NeedsNextStepQueued {
+    fake: FakeExecutor,
+    sent: Arc<SentSteps>,
+    last_step: usize,
+}
+
+impl Executor for NeedsNextStepQueued {
+    fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+        let output = self.fake.execute(batch)?;
+        let step = self.fake.steps;
+        if step < self.last_step {
+            let count = self.sent.count.lock().expect("lock");
+            // A deadline so a broken overlap fails the test instead of hanging it.
+            let (count, _) = self
+                .sent
+                .changed
+                .wait_timeout_while(count, Duration::from_secs(20), |sent| *sent <= step)
+                .expect("lock");
+            if *count <= step {
+                return Err(ExecutorError::Failed(format!(
+                    "step {} was not sent while step {step} ran",
+                    step + 1
+                )));
+            }
+        }
+        Ok(output)
+    }
+
+    fn reset(&mut self) {}
+}
+
+#[actix::test]
+async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
+    const MAX_TOKENS: usize = 12;
+    let sent = Arc::new(SentSteps::default());
+    let executor = start_executor(NeedsNextStepQueued {
+        fake: FakeExecutor::new(1000, FakeBehaviour::default()),
+        sent: Arc::clone(&sent),
+        // The prompt's step samples the first token; one step per token after it.
+        last_step: MAX_TOKENS,
+    });
+    let tap = Tap {
+        executor: executor.recipient(),
+        sent: Arc::clone(&sent),
+    }
+    .start();
+    let stats = StatsActor::new(None, StatsActorConfig::default()).start();
+    let scheduler = Scheduler::new(
+        SchedulerConfig {
+            max_num_seqs: 4,
+            max_num_batched_tokens: 64,
+            max_model_len: 256,
+            max_waiting: 8,
+            num_gpu_blocks: 32,
+            block_size: 4,
+            num_cpu_blocks: 0,
+            preemption_mode: PreemptionMode::Recompute,
+            enable_prefix_caching: false,
+            async_scheduling: true,
+        },
+        vec![999],
+    );
+    let scheduler = SchedulerActor::new(scheduler, tap.recipient(), stats).start();
+    let (events, mut received) = unbounded_channel();
+    scheduler
+        .send(Generate {
+            id: "r".into(),
+            prompt_token_ids: vec![5, 6, 7],
+            params: SamplingParams {
+                max_tokens: MAX_TOKENS as u32,
+                temperature: 0.0,
+                ..Default::default()
+            },
+            operation: Operation::TextCompletion,
+            arrival: Instant::now(),
+            events,
+        })
+        .await
+        .expect("delivered")
+        .expect("admitted");
+    let mut tokens = Vec::new();
+    let reason = loop {
+        match received.recv().await.expect("the request ends with an event") {
+            TokenEvent::Token { id, .. } => tokens.push(id),
+            TokenEvent::Finished { reason, .. } => break reason,
+            TokenEvent::Failed { error } => panic!("failed after {tokens:?}: {error}"),
+        }
+    };
+    assert_eq!(reason, FinishReason::Length);
+    // The fake counts up from the last token it ran: right only if every placeholder was
+    // filled with the token sampled in the step before.
+    assert_eq!(tokens, (8..8 + MAX_TOKENS as u32).collect::<Vec<_>>());
+    assert_eq!(*sent.count.lock().expect("lock"), MAX_TOKENS, "no step past max_tokens");
+}
