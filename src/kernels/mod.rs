@@ -2,6 +2,7 @@
 //! matrix products against weights kept in ggml's quantised blocks.
 
 pub mod attention;
+mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 pub mod matmul;
