@@ -1,6 +1,7 @@
 //! Hand-written CPU kernels behind the executor, for the work where burn's own fall short:
 //! matrix products against weights kept in ggml's quantised blocks.
 
+pub mod activation;
 pub mod attention;
 mod attention_tiled;
 #[cfg(target_arch = "x86_64")]

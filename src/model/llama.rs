@@ -7,9 +7,11 @@ use burn::tensor::{Int, Tensor, TensorData, activation::silu, backend::Backend};
 
 use super::attention::causal_gqa;
 use super::config::LlamaConfig;
-use super::projection::Projection;
+use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
+use crate::kernels::activation::swiglu;
 use crate::kernels::attention::{HeadShape, SequenceSpan};
+use crate::kernels::matmul_packed;
 use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
 
@@ -163,10 +165,28 @@ impl<B: KvCacheOps> Llama<B> {
         let x = x + layer.attn_out.forward(attn);
 
         let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_norm_eps);
+        x + self.feed_forward(layer, h)
+    }
+
+    /// SwiGLU: `down(silu(gate) * up)`. With packed weights the intermediate stays in host
+    /// memory and the activation is one fused pass.
+    ///
+    /// # Shapes
+    /// - h: `[tokens, hidden]`
+    /// - output: `[tokens, hidden]`
+    fn feed_forward(&self, layer: &DecoderLayer<B>, h: Tensor<B, 2>) -> Tensor<B, 2> {
+        let ffn = self.config.intermediate_size;
+        if let (Some(gate_up), Some(down)) = (layer.gate_up.packed(), layer.down.packed()) {
+            let [tokens, _] = h.dims();
+            let device = h.device();
+            let gate_up = matmul_packed(&to_host(h), tokens, gate_up);
+            let y = matmul_packed(&swiglu(&gate_up, ffn), tokens, down);
+            return Tensor::from_data(TensorData::new(y, [tokens, down.rows]), &device);
+        }
         let gate_up = layer.gate_up.forward(h);
-        let gate = gate_up.clone().narrow(1, 0, c.intermediate_size);
-        let up = gate_up.narrow(1, c.intermediate_size, c.intermediate_size);
-        x + layer.down.forward(silu(gate) * up)
+        let gate = gate_up.clone().narrow(1, 0, ffn);
+        let up = gate_up.narrow(1, ffn, ffn);
+        layer.down.forward(silu(gate) * up)
     }
 
     /// The portable attention: each sequence's context gathered into new tensors.

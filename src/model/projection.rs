@@ -26,13 +26,17 @@ impl<B: Backend> Projection<B> {
             Projection::Packed(w) => {
                 let [tokens, _] = x.dims();
                 let device = x.device();
-                let input = x
-                    .into_data()
-                    .into_vec::<f32>()
-                    .expect("the model's activations are f32");
-                let y = matmul_packed(&input, tokens, w);
+                let y = matmul_packed(&to_host(x), tokens, w);
                 Tensor::from_data(TensorData::new(y, [tokens, w.rows]), &device)
             }
+        }
+    }
+
+    /// The packed weights, when the projection runs on the host kernel.
+    pub fn packed(&self) -> Option<&PackedMatrix> {
+        match self {
+            Projection::Dense(_) => None,
+            Projection::Packed(w) => Some(w),
         }
     }
 
@@ -43,4 +47,11 @@ impl<B: Backend> Projection<B> {
             Projection::Packed(w) => w.size_bytes(),
         }
     }
+}
+
+/// The tensor's values in host memory, row-major.
+pub fn to_host<B: Backend>(x: Tensor<B, 2>) -> Vec<f32> {
+    x.into_data()
+        .into_vec::<f32>()
+        .expect("the model's activations are f32")
 }
