@@ -7,6 +7,7 @@
 use rayon::prelude::*;
 
 use super::attention::{HeadShape, SequenceSpan, softmax_in_place};
+use super::strided_gemm::{View, gemm_into};
 
 /// Spans with at least this many new tokens take the tiled path.
 pub const TILED_MIN_QUERIES: usize = 16;
@@ -69,26 +70,12 @@ pub fn attend_span_tiled(
                     // rows read at columns `kv_col ..+ head_dim`; scores is `[rows, visible]`.
                     unsafe {
                         // scores = scale · Q_head · K_headᵀ
-                        gemm::gemm(
-                            rows,
-                            visible,
-                            head_dim,
-                            scores.as_mut_ptr(),
-                            1,
-                            visible as isize,
-                            false,
-                            q.as_ptr().add(head * head_dim),
-                            1,
-                            q_width as isize,
-                            keys.as_ptr().add(kv_col),
-                            kv_width as isize,
-                            1,
-                            0.0,
+                        gemm_into(
+                            [rows, visible, head_dim],
+                            View::rows(scores.as_mut_ptr(), visible),
+                            View::rows(q.as_ptr().add(head * head_dim), q_width),
+                            View::transposed(keys.as_ptr().add(kv_col), kv_width),
                             scale,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
                         );
                     }
                     for (r, row) in scores.chunks_exact_mut(visible).enumerate() {
@@ -99,26 +86,12 @@ pub fn attend_span_tiled(
                     // SAFETY: as above.
                     unsafe {
                         // out_head = P · V_head
-                        gemm::gemm(
-                            rows,
-                            head_dim,
-                            visible,
-                            out.as_mut_ptr().add(head * head_dim),
-                            1,
-                            q_width as isize,
-                            false,
-                            scores.as_ptr(),
-                            1,
-                            visible as isize,
-                            values.as_ptr().add(kv_col),
-                            1,
-                            kv_width as isize,
-                            0.0,
+                        gemm_into(
+                            [rows, head_dim, visible],
+                            View::rows(out.as_mut_ptr().add(head * head_dim), q_width),
+                            View::rows(scores.as_ptr(), visible),
+                            View::rows(values.as_ptr().add(kv_col), kv_width),
                             1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
                         );
                     }
                 }

@@ -12,6 +12,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::packed::{BLOCK, PackedMatrix};
+use super::strided_gemm::{View, gemm_into};
 
 /// Tokens that share one widened weight block (eight AVX2 accumulators).
 pub const TOKEN_TILE: usize = 8;
@@ -81,26 +82,12 @@ fn gemm_panels(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
             // `k`; the destination is columns `rows` of `y` (`[tokens, n_total]`), which no
             // other panel writes, and `y` outlives the parallel loop.
             unsafe {
-                gemm::gemm(
-                    tokens,
-                    n,
-                    k,
-                    out.0.add(rows.start),
-                    1,
-                    n_total as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    panel.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
+                gemm_into(
+                    [tokens, n, k],
+                    View::rows(out.0.add(rows.start), n_total),
+                    View::rows(x.as_ptr(), k),
+                    View::transposed(panel.as_ptr(), k),
                     1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
                 );
             }
         })

@@ -8,6 +8,7 @@ mod attention_tiled;
 mod avx2;
 pub mod matmul;
 pub mod packed;
+mod strided_gemm;
 
 pub use matmul::matmul_packed;
 pub use packed::{BlockFormat, PackedMatrix};
