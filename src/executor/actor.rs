@@ -45,13 +45,10 @@ impl<E: Executor> Handler<ExecuteBatch> for ExecutorActor<E> {
     fn handle(&mut self, msg: ExecuteBatch, _: &mut Self::Context) -> Self::Result {
         let start = Instant::now();
         let idle = self.last_step_end.map(|end| start.duration_since(end));
-        let batch = match self.previous_samples.resolve(&msg.batch) {
-            Ok(batch) => batch,
-            Err(error) => {
-                self.previous_samples.clear();
-                return Err(error);
-            }
-        };
+        let resolved = self.previous_samples.resolve(&msg.batch);
+        // Those samples served this step only; a failed step leaves none behind.
+        self.previous_samples.clear();
+        let batch = resolved?;
         let executor = &mut self.executor;
         let outcome = catch_unwind(AssertUnwindSafe(|| executor.execute(&batch)));
         let end = Instant::now();
@@ -68,12 +65,8 @@ impl<E: Executor> Handler<ExecuteBatch> for ExecutorActor<E> {
                 self.previous_samples.record(&batch, &output);
                 Ok(output)
             }
-            Ok(Err(error)) => {
-                self.previous_samples.clear();
-                Err(error)
-            }
+            Ok(Err(error)) => Err(error),
             Err(panic) => {
-                self.previous_samples.clear();
                 let message = panic
                     .downcast_ref::<String>()
                     .cloned()

@@ -40,7 +40,7 @@ impl PreviousSamples {
 
     /// Remembers what `batch` sampled, forgetting the step before.
     pub fn record(&mut self, batch: &SchedulerOutput, output: &ModelOutput) {
-        self.tokens.clear();
+        self.clear();
         for (seq, sampled) in batch.sequences.iter().zip(&output.sampled) {
             if let Some(sampled) = sampled {
                 self.tokens.insert(seq.id.clone(), sampled.token);
@@ -48,7 +48,7 @@ impl PreviousSamples {
         }
     }
 
-    /// Forgets everything (the step failed, so nothing it sampled reaches a request).
+    /// Forgets everything (once a step has used them, or when it failed).
     pub fn clear(&mut self) {
         self.tokens.clear();
     }
