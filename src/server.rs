@@ -9,9 +9,8 @@ use actix::{Actor, Addr};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
-use tokenizers::Tokenizer;
 
-use crate::api::{self, AppState};
+use crate::api::{self, AppState, ServedModel};
 use crate::config::Config;
 use crate::executor::model_runner::ModelRunner;
 use crate::executor::{Executor, start_executor};
@@ -30,17 +29,6 @@ use crate::stats::exporter::{
 };
 use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
-
-/// What the api needs to know about the served model.
-#[derive(Clone)]
-pub struct ServedModel {
-    pub name: String,
-    pub tokenizer: Arc<Tokenizer>,
-    pub chat_template: Arc<ChatTemplate>,
-    pub max_model_len: usize,
-    /// Unix seconds, for `/v1/models`.
-    pub created: u64,
-}
 
 /// A model ready to serve: the executor and everything around it.
 pub struct PreparedEngine<E: Executor> {

@@ -1,6 +1,5 @@
-//! `POST /v1/chat/completions`: messages rendered with the model's own chat template.
-
-use std::time::Instant;
+//! `POST /v1/chat/completions`: messages rendered with the model's own chat template, wording
+//! in the chat format (a role chunk opens each streamed choice).
 
 use actix_web::{HttpResponse, web};
 use bytes::Bytes;
@@ -9,11 +8,13 @@ use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
-    ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob, sse_data,
+    ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
 };
-use super::prompt::{check_prompt, tokenize};
-use super::sse::{ChunkFormat, sse_response};
-use super::{AppState, unix_now};
+use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
+use super::prompt::tokenize;
+use super::sse::{ChunkFormat, sse_data};
+use super::{AppState, ServedModel};
+use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 use crate::model::chat_template::ChatMessage as TemplateMessage;
 
@@ -21,63 +22,54 @@ pub async fn create_chat_completion(
     state: web::Data<AppState>,
     body: web::Json<ChatCompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let arrival = Instant::now();
-    let request = body.into_inner();
-    state.check_model(request.model.as_deref())?;
-    let params = request.sampling_params()?;
-    let messages: Vec<TemplateMessage> = request
-        .flattened_messages()?
-        .into_iter()
-        .map(|m| TemplateMessage {
-            role: m.role.to_string(),
-            content: m.content,
-        })
-        .collect();
-    let text = state
-        .model
-        .chat_template
-        .render(&messages, true)
-        .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
-    let prompt = tokenize(&state.model.tokenizer, vec![text]).await?;
-    check_prompt(&prompt[0], state.model.tokenizer.get_vocab_size(true), "messages")?;
-    let prompt_tokens = prompt[0].len();
-    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    let choices = state
-        .submit_all(&id, prompt, params, Operation::Chat, arrival, "messages")
-        .await?;
-    let created = unix_now();
-    let model = state.model.name.clone();
-    if request.stream.unwrap_or(false) {
-        let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-        let format = ChatFormat {
-            id,
-            created,
-            model,
-            per_request_metrics: state.per_request_metrics,
-        };
-        return Ok(sse_response(choices, prompt_tokens, include_usage, format));
+    serve::<Chat>(&state, body.into_inner()).await
+}
+
+/// The chat endpoint's part of the pipeline.
+pub struct Chat;
+
+impl Endpoint for Chat {
+    type Request = ChatCompletionRequest;
+    type Format = ChatFormat;
+    const ID_PREFIX: &'static str = "chatcmpl";
+    const OPERATION: Operation = Operation::Chat;
+    const PROMPT_PARAM: &'static str = "messages";
+
+    fn requested_model(request: &ChatCompletionRequest) -> Option<&str> {
+        request.model.as_deref()
     }
-    let want_logprobs = request.logprobs.unwrap_or(false);
-    let results = futures_util::future::try_join_all(choices.into_iter().map(super::generation::collect)).await?;
-    let mut completion_tokens = 0;
-    let choices = results
-        .into_iter()
-        .map(|(index, delta)| {
-            completion_tokens += delta.end.map_or(0, |e| e.usage.completion_tokens);
-            ChatChoice {
-                index,
-                logprobs: want_logprobs.then(|| chat_logprobs(&delta.tokens)),
-                message: ChatResponseMessage::assistant(delta.text),
-                finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-                metrics: delta
-                    .end
-                    .filter(|_| state.per_request_metrics)
-                    .map(|e| e.request_metrics()),
-            }
-        })
-        .collect();
-    let usage = Usage::new(prompt_tokens as u32, completion_tokens as u32);
-    Ok(HttpResponse::Ok().json(ChatCompletionResponse::new(id, created, model, choices, usage)))
+
+    fn sampling_params(request: &ChatCompletionRequest) -> Result<SamplingParams, ApiError> {
+        request.sampling_params()
+    }
+
+    fn delivery(request: &ChatCompletionRequest) -> Delivery {
+        Delivery::from_request(request.stream, request.stream_options.as_ref())
+    }
+
+    fn format(request: &ChatCompletionRequest, head: ResponseHead) -> ChatFormat {
+        ChatFormat {
+            head,
+            logprobs: request.logprobs.unwrap_or(false),
+        }
+    }
+
+    /// One prompt: the messages through the chat template.
+    async fn prompts(request: ChatCompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
+        let messages: Vec<TemplateMessage> = request
+            .flattened_messages()?
+            .into_iter()
+            .map(|m| TemplateMessage {
+                role: m.role.to_string(),
+                content: m.content,
+            })
+            .collect();
+        let text = model
+            .chat_template
+            .render(&messages, true)
+            .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+        tokenize(&model.tokenizer, vec![text]).await
+    }
 }
 
 fn chat_logprobs(tokens: &[TokenDetail]) -> ChatLogprobs {
@@ -102,16 +94,16 @@ fn chat_logprobs(tokens: &[TokenDetail]) -> ChatLogprobs {
     }
 }
 
-struct ChatFormat {
-    id: String,
-    created: u64,
-    model: String,
-    per_request_metrics: bool,
+pub struct ChatFormat {
+    head: ResponseHead,
+    /// `logprobs: true`: a whole response carries `logprobs` even when no token came.
+    logprobs: bool,
 }
 
 impl ChatFormat {
     fn chunk(&self, choices: Vec<ChatChunkChoice>) -> ChatCompletionChunk {
-        ChatCompletionChunk::new(self.id.clone(), self.created, self.model.clone(), choices)
+        let h = &self.head;
+        ChatCompletionChunk::new(h.id.clone(), h.created, h.model.clone(), choices)
     }
 }
 
@@ -139,11 +131,8 @@ impl ChunkFormat for ChatFormat {
                 content: (!delta.text.is_empty()).then(|| delta.text.clone()),
             },
             logprobs: (!delta.tokens.is_empty()).then(|| chat_logprobs(&delta.tokens)),
-            finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-            metrics: delta
-                .end
-                .filter(|_| self.per_request_metrics)
-                .map(|e| e.request_metrics()),
+            finish_reason: delta.finish_reason(),
+            metrics: self.head.metrics(delta),
         };
         sse_data(&self.chunk(vec![choice]))
     }
@@ -152,5 +141,22 @@ impl ChunkFormat for ChatFormat {
         let mut chunk = self.chunk(Vec::new());
         chunk.usage = Some(usage);
         sse_data(&chunk)
+    }
+}
+
+impl ResponseFormat for ChatFormat {
+    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
+        let choices = choices
+            .into_iter()
+            .map(|(index, mut delta)| ChatChoice {
+                index,
+                logprobs: self.logprobs.then(|| chat_logprobs(&delta.tokens)),
+                finish_reason: delta.finish_reason(),
+                metrics: self.head.metrics(&delta),
+                message: ChatResponseMessage::assistant(std::mem::take(&mut delta.text)),
+            })
+            .collect();
+        let h = self.head;
+        HttpResponse::Ok().json(ChatCompletionResponse::new(h.id, h.created, h.model, choices, usage))
     }
 }

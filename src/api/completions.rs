@@ -1,6 +1,7 @@
-//! `POST /v1/completions`.
+//! `POST /v1/completions`: prompts as text or token ids, wording in the legacy completions
+//! format.
 
-use std::time::Instant;
+use std::collections::HashMap;
 
 use actix_web::{HttpResponse, web};
 use bytes::Bytes;
@@ -9,73 +10,63 @@ use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
-    TopLogprobMap, Usage, finite_logprob, sse_data,
+    TopLogprobMap, Usage, finite_logprob,
 };
-use super::prompt::{check_prompt, tokenize};
-use super::sse::{ChunkFormat, sse_response};
-use super::{AppState, unix_now};
+use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
+use super::prompt::tokenize;
+use super::sse::{ChunkFormat, sse_data};
+use super::{AppState, ServedModel};
+use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 
 pub async fn create_completion(
     state: web::Data<AppState>,
     body: web::Json<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let arrival = Instant::now();
-    let request = body.into_inner();
-    state.check_model(request.model.as_deref())?;
-    let params = request.sampling_params()?;
-    let vocab = state.model.tokenizer.get_vocab_size(true);
-    let prompts = match request.prompt {
-        PromptInput::Text(text) => tokenize(&state.model.tokenizer, vec![text]).await?,
-        PromptInput::TextBatch(texts) => tokenize(&state.model.tokenizer, texts).await?,
-        PromptInput::Tokens(ids) => vec![ids],
-        PromptInput::TokenBatch(batch) => batch,
-    };
-    if prompts.is_empty() {
-        return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+    serve::<Completions>(&state, body.into_inner()).await
+}
+
+/// The completions endpoint's part of the pipeline.
+pub struct Completions;
+
+impl Endpoint for Completions {
+    type Request = CompletionRequest;
+    type Format = CompletionFormat;
+    const ID_PREFIX: &'static str = "cmpl";
+    const OPERATION: Operation = Operation::TextCompletion;
+    const PROMPT_PARAM: &'static str = "prompt";
+
+    fn requested_model(request: &CompletionRequest) -> Option<&str> {
+        request.model.as_deref()
     }
-    for ids in &prompts {
-        check_prompt(ids, vocab, "prompt")?;
+
+    fn sampling_params(request: &CompletionRequest) -> Result<SamplingParams, ApiError> {
+        request.sampling_params()
     }
-    let id = format!("cmpl-{}", uuid::Uuid::new_v4().simple());
-    let prompt_tokens = prompts.iter().map(Vec::len).sum();
-    let choices = state
-        .submit_all(&id, prompts, params, Operation::TextCompletion, arrival, "prompt")
-        .await?;
-    let created = unix_now();
-    let model = state.model.name.clone();
-    if request.stream.unwrap_or(false) {
-        let include_usage = request.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
-        let format = CompletionFormat {
-            id,
-            created,
-            model,
-            offsets: Default::default(),
-            per_request_metrics: state.per_request_metrics,
+
+    fn delivery(request: &CompletionRequest) -> Delivery {
+        Delivery::from_request(request.stream, request.stream_options.as_ref())
+    }
+
+    fn format(_request: &CompletionRequest, head: ResponseHead) -> CompletionFormat {
+        CompletionFormat {
+            head,
+            offsets: HashMap::new(),
+        }
+    }
+
+    async fn prompts(request: CompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
+        let prompts = match request.prompt {
+            PromptInput::Text(text) => tokenize(&model.tokenizer, vec![text]).await?,
+            PromptInput::TextBatch(texts) => tokenize(&model.tokenizer, texts).await?,
+            PromptInput::Tokens(ids) => vec![ids],
+            PromptInput::TokenBatch(batch) => batch,
         };
-        return Ok(sse_response(choices, prompt_tokens, include_usage, format));
+        if prompts.is_empty() {
+            return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+        }
+        Ok(prompts)
     }
-    let results = futures_util::future::try_join_all(choices.into_iter().map(super::generation::collect)).await?;
-    let mut completion_tokens = 0;
-    let choices = results
-        .into_iter()
-        .map(|(index, delta)| {
-            completion_tokens += delta.end.map_or(0, |e| e.usage.completion_tokens);
-            let logprobs = (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, 0));
-            CompletionChoice {
-                index,
-                text: delta.text,
-                logprobs,
-                finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-                metrics: delta
-                    .end
-                    .filter(|_| state.per_request_metrics)
-                    .map(|e| e.request_metrics()),
-            }
-        })
-        .collect();
-    let usage = Usage::new(prompt_tokens as u32, completion_tokens as u32);
-    Ok(HttpResponse::Ok().json(CompletionResponse::new(id, created, model, choices, usage)))
 }
 
 /// The legacy parallel-array logprobs; `text_offset` counts bytes from `start_offset`.
@@ -94,13 +85,27 @@ fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionL
     out
 }
 
-struct CompletionFormat {
-    id: String,
-    created: u64,
-    model: String,
+pub struct CompletionFormat {
+    head: ResponseHead,
     /// Per choice: bytes of text sent so far (for `text_offset`).
-    offsets: std::collections::HashMap<u32, u32>,
-    per_request_metrics: bool,
+    offsets: HashMap<u32, u32>,
+}
+
+impl CompletionFormat {
+    fn choice(&self, index: u32, delta: &ChoiceDelta, text: String, start_offset: u32) -> CompletionChoice {
+        CompletionChoice {
+            index,
+            text,
+            logprobs: (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, start_offset)),
+            finish_reason: delta.finish_reason(),
+            metrics: self.head.metrics(delta),
+        }
+    }
+
+    fn chunk(&self, choices: Vec<CompletionChoice>) -> CompletionChunk {
+        let h = &self.head;
+        CompletionChunk::new(h.id.clone(), h.created, h.model.clone(), choices)
+    }
 }
 
 impl ChunkFormat for CompletionFormat {
@@ -109,30 +114,30 @@ impl ChunkFormat for CompletionFormat {
     }
 
     fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Bytes {
-        let offset = self.offsets.entry(index).or_default();
-        let logprobs = (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, *offset));
-        *offset += delta.tokens.iter().map(|t| t.text.len() as u32).sum::<u32>();
-        let choice = CompletionChoice {
-            index,
-            text: delta.text.clone(),
-            logprobs,
-            finish_reason: delta.end.map(|e| e.reason.as_str().to_string()),
-            metrics: delta
-                .end
-                .filter(|_| self.per_request_metrics)
-                .map(|e| e.request_metrics()),
-        };
-        sse_data(&CompletionChunk::new(
-            self.id.clone(),
-            self.created,
-            self.model.clone(),
-            vec![choice],
-        ))
+        let offset = self.offsets.get(&index).copied().unwrap_or(0);
+        let choice = self.choice(index, delta, delta.text.clone(), offset);
+        let sent: u32 = delta.tokens.iter().map(|t| t.text.len() as u32).sum();
+        *self.offsets.entry(index).or_default() += sent;
+        sse_data(&self.chunk(vec![choice]))
     }
 
     fn usage(&mut self, usage: Usage) -> Bytes {
-        let mut chunk = CompletionChunk::new(self.id.clone(), self.created, self.model.clone(), Vec::new());
+        let mut chunk = self.chunk(Vec::new());
         chunk.usage = Some(usage);
         sse_data(&chunk)
+    }
+}
+
+impl ResponseFormat for CompletionFormat {
+    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
+        let choices = choices
+            .into_iter()
+            .map(|(index, mut delta)| {
+                let text = std::mem::take(&mut delta.text);
+                self.choice(index, &delta, text, 0)
+            })
+            .collect();
+        let h = self.head;
+        HttpResponse::Ok().json(CompletionResponse::new(h.id, h.created, h.model, choices, usage))
     }
 }

@@ -46,6 +46,13 @@ pub struct ChoiceDelta {
     pub end: Option<ChoiceEnd>,
 }
 
+impl ChoiceDelta {
+    /// `finish_reason` as the wire formats spell it; `None` until the choice ends.
+    pub fn finish_reason(&self) -> Option<String> {
+        self.end.map(|e| e.reason.as_str().to_string())
+    }
+}
+
 /// A choice in flight.
 pub struct ChoiceStream {
     pub index: u32,
@@ -61,6 +68,7 @@ pub struct ChoiceStream {
 }
 
 /// What to submit for one choice.
+#[derive(Debug)]
 pub struct ChoiceRequest {
     pub id: RequestId,
     pub index: u32,
@@ -258,4 +266,14 @@ pub async fn collect(mut choice: ChoiceStream) -> Result<(u32, ChoiceDelta), Api
         }
     }
     Ok((choice.index, all))
+}
+
+/// Runs every choice to its end; the choices in index order and their generated tokens.
+pub async fn collect_all(choices: Vec<ChoiceStream>) -> Result<(Vec<(u32, ChoiceDelta)>, usize), ApiError> {
+    let results = futures_util::future::try_join_all(choices.into_iter().map(collect)).await?;
+    let completion_tokens = results
+        .iter()
+        .map(|(_, delta)| delta.end.map_or(0, |e| e.usage.completion_tokens))
+        .sum();
+    Ok((results, completion_tokens))
 }

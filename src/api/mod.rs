@@ -4,9 +4,11 @@ pub mod chat;
 pub mod completions;
 pub mod detokenizer;
 pub mod errors;
+pub mod fan_out;
 pub mod generation;
 pub mod load_header;
 pub mod openai_types;
+pub mod pipeline;
 pub mod prompt;
 pub mod routes;
 pub mod sse;
@@ -14,20 +16,29 @@ pub mod stop_strings;
 pub mod validation;
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix::Addr;
+use tokenizers::Tokenizer;
 
 use errors::ApiError;
-use generation::{ChoiceRequest, ChoiceStream};
 pub use routes::routes;
 
-use crate::engine::sampling_params::SamplingParams;
-use crate::engine::types::Operation;
+use crate::model::chat_template::ChatTemplate;
 use crate::scheduler::actor::SchedulerActor;
-use crate::server::ServedModel;
 use crate::stats::actor::StatsActor;
 use crate::stats::exporter::Telemetry;
+
+/// What the api needs to know about the served model.
+#[derive(Clone)]
+pub struct ServedModel {
+    pub name: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Arc<ChatTemplate>,
+    pub max_model_len: usize,
+    /// Unix seconds, for `/v1/models`.
+    pub created: u64,
+}
 
 /// Shared, read-only state of every handler.
 pub struct AppState {
@@ -49,41 +60,6 @@ impl AppState {
             Some(name) if name == self.model.name => Ok(()),
             Some(name) => Err(ApiError::ModelNotFound(name.to_string())),
         }
-    }
-
-    /// Submits `n` choices per prompt; if one is refused, the ones already submitted are
-    /// dropped, which aborts them.
-    pub async fn submit_all(
-        &self,
-        id: &str,
-        prompts: Vec<Vec<u32>>,
-        params: SamplingParams,
-        operation: Operation,
-        arrival: Instant,
-        prompt_param: &'static str,
-    ) -> Result<Vec<ChoiceStream>, ApiError> {
-        let n = params.n.max(1);
-        let mut choices = Vec::with_capacity(prompts.len() * n as usize);
-        for (p, prompt) in prompts.into_iter().enumerate() {
-            let mut base = params.clone();
-            prompt::fit_to_context(prompt.len(), &mut base, self.model.max_model_len, prompt_param)?;
-            for c in 0..n {
-                let index = p as u32 * n + c;
-                let mut params = base.clone();
-                // Seeded choices stay reproducible yet differ from each other.
-                params.seed = base.seed.map(|s| s.wrapping_add(u64::from(c)));
-                let request = ChoiceRequest {
-                    id: format!("{id}-{index}"),
-                    index,
-                    prompt: prompt.clone(),
-                    params,
-                    operation,
-                    arrival,
-                };
-                choices.push(ChoiceStream::submit(&self.scheduler, &self.model.tokenizer, request).await?);
-            }
-        }
-        Ok(choices)
     }
 }
 

@@ -1,21 +1,47 @@
-//! Server-sent events for both streaming endpoints: choices are merged as their tokens
-//! arrive, each delta becomes a chunk, an optional usage chunk follows, then `[DONE]`.
-//! When the client goes away actix drops this stream, which drops the choices and so
-//! aborts them in the engine.
+//! Server-sent events for both streaming endpoints: the `data:` framing, and the stream that
+//! merges choices as their tokens arrive, turns each delta into a chunk, adds an optional
+//! usage chunk, then `[DONE]`. When the client goes away actix drops this stream, which drops
+//! the choices and so aborts them in the engine.
 
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
+use serde::Serialize;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, ChoiceStream};
-use super::openai_types::{Usage, sse_data, sse_done};
+use super::openai_types::Usage;
 
-/// Formats one endpoint's chunks.
+/// The stream terminator OpenAI clients wait for.
+pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// [`SSE_DONE`] as a body chunk.
+pub fn sse_done() -> Bytes {
+    Bytes::from_static(SSE_DONE)
+}
+
+/// One server-sent event, `data: {json}\n\n`. Serializing our own types cannot fail; if a
+/// future type could, the stream gets an error event instead of a panic mid-response.
+pub fn sse_data(json: &impl Serialize) -> Bytes {
+    let mut out = b"data: ".to_vec();
+    if let Err(e) = serde_json::to_writer(&mut out, json) {
+        tracing::error!(error = %e, "failed to serialize an SSE event");
+        out.truncate(b"data: ".len());
+        let body = ApiError::EngineError("failed to serialize a stream event".to_owned()).body();
+        // An `ErrorBody` is strings and options only: this cannot fail.
+        let _ = serde_json::to_writer(&mut out, &body);
+    }
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// Formats one endpoint's stream chunks.
 pub trait ChunkFormat: Unpin + 'static {
     /// A chunk sent before any token of a choice (chat sends the role), if any.
     fn opening(&mut self, index: u32) -> Option<Bytes>;
+    /// One choice's new output.
     fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Bytes;
+    /// The closing usage chunk (`stream_options.include_usage`).
     fn usage(&mut self, usage: Usage) -> Bytes;
 }
 
@@ -74,4 +100,17 @@ pub fn sse_response<F: ChunkFormat>(
         .content_type("text/event-stream")
         .insert_header(("Cache-Control", "no-cache"))
         .streaming(stream::iter(opening).chain(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn sse_framing() {
+        assert_eq!(&sse_data(&json!({"a": 1}))[..], b"data: {\"a\":1}\n\n");
+        assert_eq!(&sse_done()[..], b"data: [DONE]\n\n");
+    }
 }

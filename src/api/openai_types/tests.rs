@@ -1,6 +1,8 @@
 //! Wire-format tests of the OpenAI types.
-use super::*;
+use serde::Deserialize;
 use serde_json::json;
+
+use super::*;
 
 fn parse<T: for<'de> Deserialize<'de>>(v: serde_json::Value) -> Result<T, String> {
     serde_json::from_value(v).map_err(|e| e.to_string())
@@ -182,10 +184,4 @@ fn chat_response_and_models_shape() {
         json!({"object": "list", "data": [{"id": "m", "object": "model", "created": 9,
                "owned_by": "kiln", "max_model_len": 4096}]})
     );
-}
-
-#[test]
-fn sse_framing() {
-    assert_eq!(&sse_data(&json!({"a": 1}))[..], b"data: {\"a\":1}\n\n");
-    assert_eq!(&sse_done()[..], b"data: [DONE]\n\n");
 }

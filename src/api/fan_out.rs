@@ -1,0 +1,130 @@
+//! One body becomes several engine requests: each prompt of a batch, `n` choices each. The
+//! plan is pure (seeds, context fitting, ids), so a prompt that does not fit refuses the whole
+//! body before anything reaches the engine; submission then either hands every choice over or
+//! none (choices already submitted are dropped, which aborts them).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::Addr;
+use tokenizers::Tokenizer;
+
+use super::errors::ApiError;
+use super::generation::{ChoiceRequest, ChoiceStream};
+use super::prompt::fit_to_context;
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::Operation;
+use crate::scheduler::actor::SchedulerActor;
+
+/// What every choice of one body shares.
+#[derive(Debug, Clone, Copy)]
+pub struct FanOut<'a> {
+    /// The response id; choice `i` is submitted as `{id}-{i}`.
+    pub id: &'a str,
+    pub operation: Operation,
+    pub arrival: Instant,
+    pub max_model_len: usize,
+    /// The field that carries the prompt, named when one does not fit the context.
+    pub prompt_param: &'static str,
+}
+
+/// `n` choices per prompt, numbered prompt-major as OpenAI numbers them.
+pub fn plan_choices(
+    fan_out: &FanOut<'_>,
+    prompts: Vec<Vec<u32>>,
+    params: SamplingParams,
+) -> Result<Vec<ChoiceRequest>, ApiError> {
+    let n = params.n.max(1);
+    let mut choices = Vec::with_capacity(prompts.len() * n as usize);
+    for (p, prompt) in prompts.into_iter().enumerate() {
+        let mut base = params.clone();
+        fit_to_context(prompt.len(), &mut base, fan_out.max_model_len, fan_out.prompt_param)?;
+        for c in 0..n {
+            let index = p as u32 * n + c;
+            let mut params = base.clone();
+            // Seeded choices stay reproducible yet differ from each other.
+            params.seed = base.seed.map(|s| s.wrapping_add(u64::from(c)));
+            choices.push(ChoiceRequest {
+                id: format!("{}-{index}", fan_out.id),
+                index,
+                prompt: prompt.clone(),
+                params,
+                operation: fan_out.operation,
+                arrival: fan_out.arrival,
+            });
+        }
+    }
+    Ok(choices)
+}
+
+/// Submits every planned choice; on the first refusal the ones already submitted are
+/// dropped (aborting them) and the refusal is returned.
+pub async fn submit_choices(
+    scheduler: &Addr<SchedulerActor>,
+    tokenizer: &Arc<Tokenizer>,
+    planned: Vec<ChoiceRequest>,
+) -> Result<Vec<ChoiceStream>, ApiError> {
+    let mut choices = Vec::with_capacity(planned.len());
+    for request in planned {
+        choices.push(ChoiceStream::submit(scheduler, tokenizer, request).await?);
+    }
+    Ok(choices)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fan_out(max_model_len: usize) -> FanOut<'static> {
+        FanOut {
+            id: "cmpl-x",
+            operation: Operation::TextCompletion,
+            arrival: Instant::now(),
+            max_model_len,
+            prompt_param: "prompt",
+        }
+    }
+
+    #[test]
+    fn choices_are_numbered_prompt_major_with_distinct_seeds() {
+        let params = SamplingParams {
+            n: 3,
+            seed: Some(7),
+            max_tokens: 4,
+            ..Default::default()
+        };
+        let plan = plan_choices(&fan_out(64), vec![vec![1, 2], vec![3]], params).expect("fits");
+        let ids: Vec<&str> = plan.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["cmpl-x-0", "cmpl-x-1", "cmpl-x-2", "cmpl-x-3", "cmpl-x-4", "cmpl-x-5"]
+        );
+        assert_eq!(plan.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+        assert_eq!(plan[2].prompt, [1, 2]);
+        assert_eq!(plan[3].prompt, [3]);
+        let seeds: Vec<Option<u64>> = plan.iter().map(|c| c.params.seed).collect();
+        assert_eq!(seeds, [Some(7), Some(8), Some(9), Some(7), Some(8), Some(9)]);
+    }
+
+    #[test]
+    fn open_max_tokens_is_fitted_per_prompt() {
+        let params = SamplingParams {
+            max_tokens: u32::MAX,
+            ..Default::default()
+        };
+        let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
+        assert_eq!(plan[0].params.max_tokens, 6);
+        assert_eq!(plan[1].params.max_tokens, 3);
+    }
+
+    #[test]
+    fn one_prompt_too_long_refuses_the_whole_body() {
+        let params = SamplingParams {
+            max_tokens: 4,
+            n: 2,
+            ..Default::default()
+        };
+        let err = plan_choices(&fan_out(8), vec![vec![1; 2], vec![1; 6]], params).unwrap_err();
+        assert!(matches!(err, ApiError::ContextLengthExceeded { .. }), "{err:?}");
+    }
+}

@@ -1,0 +1,293 @@
+//! Request bodies of the completions and chat APIs.
+//!
+//! Every optional knob stays an `Option` so `api::validation` can tell "absent" from
+//! "default" and resolve defaults in one place. Unknown fields are ignored (no
+//! `deny_unknown_fields`): clients send many fields (`tools`, `response_format`, ...) that a
+//! strict server would reject.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::errors::ApiError;
+
+/// `prompt` of `/v1/completions`: OpenAI accepts all four shapes.
+///
+/// Variant order matters for `untagged`: `[]` parses as an empty `TextBatch`
+/// (rejected by validation either way).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "field `prompt` must be a string, an array of strings, an array of token ids, \
+                 or an array of arrays of token ids"
+)]
+pub enum PromptInput {
+    Text(String),
+    TextBatch(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenBatch(Vec<Vec<u32>>),
+}
+
+/// An empty text prompt, so requests can be built with `..Default::default()`
+/// in tests (validation rejects it).
+impl Default for PromptInput {
+    fn default() -> Self {
+        PromptInput::Text(String::new())
+    }
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, expecting = "field `stop` must be a string or an array of strings")]
+pub enum StopInput {
+    Single(String),
+    Multiple(Vec<String>),
+}
+
+impl StopInput {
+    /// The stop strings as a slice, whichever shape was sent.
+    pub fn as_slice(&self) -> &[String] {
+        match self {
+            StopInput::Single(s) => std::slice::from_ref(s),
+            StopInput::Multiple(v) => v,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    /// Send a final chunk with `usage` and empty `choices`.
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// Body of `POST /v1/completions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompletionRequest {
+    /// `None`: the served model (vLLM accepts a missing model too).
+    #[serde(default)]
+    pub model: Option<String>,
+    pub prompt: PromptInput,
+    /// Defaults to 16, as OpenAI's completions endpoint does.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub n: Option<u32>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Number of top logprobs per token (`0` = only the sampled token).
+    #[serde(default)]
+    pub logprobs: Option<u32>,
+    /// Only `false` is supported.
+    #[serde(default)]
+    pub echo: Option<bool>,
+    #[serde(default)]
+    pub stop: Option<StopInput>,
+    #[serde(default)]
+    pub presence_penalty: Option<f32>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f32>,
+    /// Signed because the OpenAI client types it as a plain int.
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Accepted and range-checked, not applied.
+    #[serde(default)]
+    pub logit_bias: Option<HashMap<String, f64>>,
+    /// Accepted when equal to `n` (or absent).
+    #[serde(default)]
+    pub best_of: Option<u32>,
+    // vLLM extensions.
+    /// `-1` or `0` disable top-k.
+    #[serde(default)]
+    pub top_k: Option<i32>,
+    #[serde(default)]
+    pub min_p: Option<f32>,
+    #[serde(default)]
+    pub repetition_penalty: Option<f32>,
+    #[serde(default)]
+    pub stop_token_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// Only `0` is supported for now.
+    #[serde(default)]
+    pub min_tokens: Option<u32>,
+}
+
+/// Chat roles OpenAI accepts; an unknown role is a 400 from serde.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl ChatRole {
+    /// The role as chat templates expect it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChatRole::System => "system",
+            ChatRole::Developer => "developer",
+            ChatRole::User => "user",
+            ChatRole::Assistant => "assistant",
+            ChatRole::Tool => "tool",
+        }
+    }
+}
+
+/// `content` of a chat message: a string or a list of typed parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "field `content` must be a string or an array of content parts"
+)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part. `type` is kept as a string (not an enum) so an image or
+/// audio part reaches validation and gets an error naming
+/// `messages[i].content` rather than an opaque serde error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessageIn {
+    pub role: ChatRole,
+    /// Optional because assistant turns with tool calls carry `null`.
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// A message with its content flattened to text, ready for a chat template.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatMessage {
+    pub role: &'static str,
+    pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ChatMessageIn {
+    /// The content as one string: text parts joined by `\n` (as vLLM does);
+    /// `null` content is empty. `index` is the message's position, used to
+    /// name `messages[index].content` in the error for a non-text part.
+    pub fn text(&self, index: usize) -> Result<String, ApiError> {
+        match &self.content {
+            None => Ok(String::new()),
+            Some(MessageContent::Text(s)) => Ok(s.clone()),
+            Some(MessageContent::Parts(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (j, part) in parts.iter().enumerate() {
+                    match (part.kind.as_str(), &part.text) {
+                        ("text", Some(t)) => texts.push(t.as_str()),
+                        ("text", None) => {
+                            return Err(ApiError::invalid(
+                                format!("messages[{index}].content[{j}].text"),
+                                "text content part is missing `text`",
+                            ));
+                        }
+                        (other, _) => {
+                            return Err(ApiError::invalid(
+                                format!("messages[{index}].content"),
+                                format!(
+                                    "content part type `{other}` is not supported; \
+                                     only `text` parts are"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Ok(texts.join("\n"))
+            }
+        }
+    }
+}
+
+/// Body of `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessageIn>,
+    /// Deprecated by OpenAI in favour of `max_completion_tokens`, which wins.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    #[serde(default)]
+    pub n: Option<u32>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub stop: Option<StopInput>,
+    #[serde(default)]
+    pub presence_penalty: Option<f32>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f32>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    /// Requires `logprobs: true`.
+    #[serde(default)]
+    pub top_logprobs: Option<u32>,
+    #[serde(default)]
+    pub user: Option<String>,
+    // vLLM extensions.
+    /// `-1` or `0` disable top-k.
+    #[serde(default)]
+    pub top_k: Option<i32>,
+    #[serde(default)]
+    pub min_p: Option<f32>,
+    #[serde(default)]
+    pub repetition_penalty: Option<f32>,
+    #[serde(default)]
+    pub stop_token_ids: Option<Vec<u32>>,
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// Only `0` is supported for now.
+    #[serde(default)]
+    pub min_tokens: Option<u32>,
+}
+
+impl ChatCompletionRequest {
+    /// Every message with its content flattened (see [`ChatMessageIn::text`]).
+    pub fn flattened_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                Ok(ChatMessage {
+                    role: m.role.as_str(),
+                    content: m.text(i)?,
+                    name: m.name.clone(),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,243 @@
+//! Response bodies and stream chunks of the completions, chat and models APIs. They derive
+//! `Deserialize` too, so tests and clients can parse them.
+
+use serde::{Deserialize, Serialize};
+
+use super::logprobs::{ChatLogprobs, CompletionLogprobs};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
+        }
+    }
+}
+
+/// Per-request figures (seconds), the same intervals the histograms observe, so a bill and
+/// a dashboard always agree.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RequestMetrics {
+    /// scheduled − queued.
+    pub queue_s: Option<f64>,
+    /// first token − arrival.
+    pub time_to_first_token_s: Option<f64>,
+    /// last token − first token.
+    pub decode_s: Option<f64>,
+    /// (last token − first token) / (generated − 1): the mean inter-token latency.
+    pub mean_inter_token_latency_s: Option<f64>,
+    /// finished − arrival.
+    pub e2e_s: f64,
+    /// Generated tokens / end-to-end time.
+    pub output_tokens_per_s: f64,
+}
+
+/// `finish_reason` and `logprobs` are always serialized, `null` while
+/// unknown, because OpenAI sends them that way and some clients index them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    /// `"stop"` or `"length"` (engine `FinishReason::as_str`).
+    pub finish_reason: Option<String>,
+    /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
+    /// exactly as the engine's histograms define them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RequestMetrics>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    pub usage: Usage,
+}
+
+impl CompletionResponse {
+    pub const OBJECT: &'static str = "text_completion";
+
+    pub fn new(id: String, created: u64, model: String, choices: Vec<CompletionChoice>, usage: Usage) -> Self {
+        Self {
+            id,
+            object: Self::OBJECT.to_owned(),
+            created,
+            model,
+            choices,
+            usage,
+        }
+    }
+}
+
+/// One streamed completions event; `usage` appears only on the final usage
+/// chunk (with empty `choices`) when `stream_options.include_usage` is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl CompletionChunk {
+    pub fn new(id: String, created: u64, model: String, choices: Vec<CompletionChoice>) -> Self {
+        Self {
+            id,
+            object: CompletionResponse::OBJECT.to_owned(),
+            created,
+            model,
+            choices,
+            usage: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponseMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatResponseMessage {
+    pub fn assistant(content: String) -> Self {
+        Self {
+            role: "assistant".to_owned(),
+            content,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ChatResponseMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<String>,
+    /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
+    /// exactly as the engine's histograms define them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RequestMetrics>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionResponse {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+}
+
+impl ChatCompletionResponse {
+    pub const OBJECT: &'static str = "chat.completion";
+
+    pub fn new(id: String, created: u64, model: String, choices: Vec<ChatChoice>, usage: Usage) -> Self {
+        Self {
+            id,
+            object: Self::OBJECT.to_owned(),
+            created,
+            model,
+            choices,
+            usage,
+        }
+    }
+}
+
+/// The incremental part of a chat chunk: `role` on the first chunk of a
+/// choice, `content` on the ones that carry text, both absent on the last.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<String>,
+    /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
+    /// exactly as the engine's histograms define them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<RequestMetrics>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl ChatCompletionChunk {
+    pub const OBJECT: &'static str = "chat.completion.chunk";
+
+    pub fn new(id: String, created: u64, model: String, choices: Vec<ChatChunkChoice>) -> Self {
+        Self {
+            id,
+            object: Self::OBJECT.to_owned(),
+            created,
+            model,
+            choices,
+            usage: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub owned_by: String,
+    pub max_model_len: u32,
+}
+
+impl ModelCard {
+    pub fn new(id: String, created: u64, max_model_len: u32) -> Self {
+        Self {
+            id,
+            object: "model".to_owned(),
+            created,
+            owned_by: "kiln".to_owned(),
+            max_model_len,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelCard>,
+}
+
+impl ModelList {
+    pub fn new(data: Vec<ModelCard>) -> Self {
+        Self {
+            object: "list".to_owned(),
+            data,
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! One request pipeline for every generation endpoint: check the model, validate, build the
+//! prompts, fan out into choices, submit, then stream or collect. What differs between
+//! endpoints (prompt building, chunk and response wording) is behind [`Endpoint`] and
+//! [`ResponseFormat`], as in vLLM's serving layer and TGI's router.
+
+use std::future::Future;
+use std::time::Instant;
+
+use actix_web::HttpResponse;
+
+use super::errors::ApiError;
+use super::fan_out::{FanOut, plan_choices, submit_choices};
+use super::generation::{ChoiceDelta, collect_all};
+use super::openai_types::{RequestMetrics, StreamOptions, Usage};
+use super::prompt::check_prompt;
+use super::sse::{ChunkFormat, sse_response};
+use super::{AppState, ServedModel, unix_now};
+use crate::engine::sampling_params::SamplingParams;
+use crate::engine::types::Operation;
+
+/// How the response is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// One JSON body once every choice has ended.
+    Whole,
+    /// Server-sent events as tokens arrive, with a closing usage chunk when asked.
+    Stream { include_usage: bool },
+}
+
+impl Delivery {
+    /// `stream` and `stream_options` as both endpoints send them.
+    pub fn from_request(stream: Option<bool>, options: Option<&StreamOptions>) -> Self {
+        if stream.unwrap_or(false) {
+            let include_usage = options.and_then(|o| o.include_usage).unwrap_or(false);
+            Delivery::Stream { include_usage }
+        } else {
+            Delivery::Whole
+        }
+    }
+}
+
+/// The fields every response and chunk of one request repeats.
+#[derive(Debug, Clone)]
+pub struct ResponseHead {
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    pub model: String,
+    /// Add each choice's `metrics` (`--enable-per-request-metrics`).
+    pub per_request_metrics: bool,
+}
+
+impl ResponseHead {
+    /// A fresh id with the endpoint's prefix (`cmpl`, `chatcmpl`).
+    fn new(prefix: &str, model: &str, per_request_metrics: bool) -> Self {
+        Self {
+            id: format!("{prefix}-{}", uuid::Uuid::new_v4().simple()),
+            created: unix_now(),
+            model: model.to_owned(),
+            per_request_metrics,
+        }
+    }
+
+    /// A finished choice's `metrics`, when they were asked for.
+    pub fn metrics(&self, delta: &ChoiceDelta) -> Option<RequestMetrics> {
+        delta
+            .end
+            .filter(|_| self.per_request_metrics)
+            .map(|e| e.request_metrics())
+    }
+}
+
+/// How one endpoint words its output: stream chunks, and the whole body when not streaming.
+pub trait ResponseFormat: ChunkFormat {
+    /// The response of a request that did not stream; `choices` are in index order.
+    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse;
+}
+
+/// The per-endpoint parts of serving a generation request.
+pub trait Endpoint {
+    /// The parsed body.
+    type Request;
+    type Format: ResponseFormat;
+    /// Prefix of the response id.
+    const ID_PREFIX: &'static str;
+    /// The operation the engine's metrics and spans record.
+    const OPERATION: Operation;
+    /// The field that carries the prompt, named in errors about it.
+    const PROMPT_PARAM: &'static str;
+
+    /// The model the request names, if any.
+    fn requested_model(request: &Self::Request) -> Option<&str>;
+    /// Validates every parameter and resolves defaults.
+    fn sampling_params(request: &Self::Request) -> Result<SamplingParams, ApiError>;
+    fn delivery(request: &Self::Request) -> Delivery;
+    fn format(request: &Self::Request, head: ResponseHead) -> Self::Format;
+    /// The prompts as token ids, one per prompt the body holds.
+    fn prompts(request: Self::Request, model: &ServedModel) -> impl Future<Output = Result<Vec<Vec<u32>>, ApiError>>;
+}
+
+/// Serves one generation request from its parsed body to the response.
+pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result<HttpResponse, ApiError> {
+    let arrival = Instant::now();
+    state.check_model(E::requested_model(&request))?;
+    let params = E::sampling_params(&request)?;
+    let delivery = E::delivery(&request);
+    let head = ResponseHead::new(E::ID_PREFIX, &state.model.name, state.per_request_metrics);
+    let id = head.id.clone();
+    let format = E::format(&request, head);
+    let prompts = E::prompts(request, &state.model).await?;
+    let vocab_size = state.model.tokenizer.get_vocab_size(true);
+    for ids in &prompts {
+        check_prompt(ids, vocab_size, E::PROMPT_PARAM)?;
+    }
+    let prompt_tokens = prompts.iter().map(Vec::len).sum();
+    let fan_out = FanOut {
+        id: &id,
+        operation: E::OPERATION,
+        arrival,
+        max_model_len: state.model.max_model_len,
+        prompt_param: E::PROMPT_PARAM,
+    };
+    let choices = plan_choices(&fan_out, prompts, params)?;
+    let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices).await?;
+    match delivery {
+        Delivery::Stream { include_usage } => Ok(sse_response(choices, prompt_tokens, include_usage, format)),
+        Delivery::Whole => {
+            let (results, completion_tokens) = collect_all(choices).await?;
+            Ok(format.response(results, Usage::new(prompt_tokens as u32, completion_tokens as u32)))
+        }
+    }
+}
