@@ -274,6 +274,10 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
     })
     .workers(2)
+    // A client that half-closes is gone (as uvicorn treats it in front of vLLM): actix then
+    // drops the handler, whose choices abort in the engine. Otherwise a non-streaming
+    // request whose client left would run to its end, holding its KV blocks.
+    .h1_allow_half_closed(false)
     .bind((config.server.host.as_str(), config.server.port))
     .with_context(|| format!("binding {}:{}", config.server.host, config.server.port))?;
     let addr = server.addrs().first().copied().context("no bound address")?;

@@ -3,6 +3,7 @@
 mod api_tiny;
 mod benchmarks;
 mod common;
+mod disconnects;
 mod model_formats;
 mod openai_client;
 mod otlp_env_headers;

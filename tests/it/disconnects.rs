@@ -1,0 +1,163 @@
+//! Clients that go away, on raw sockets against the real server: every request, streaming or
+//! not, queued, prefilling or decoding, is aborted soon after its client leaves (FIN,
+//! half-close, RST, or a client timeout), its blocks freed and counted once as an abort.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use kiln::executor::fake::FakeBehaviour;
+use serde_json::{Value, json};
+
+use crate::common::{Tiny, metric_value, scrape_until, start_fake};
+
+/// The ways a client leaves.
+#[derive(Debug, Clone, Copy)]
+enum Leave {
+    /// Closes the socket: FIN.
+    Close,
+    /// Shuts down its sending side and keeps waiting, as `curl` does on some platforms.
+    HalfClose,
+    /// Closes with linger 0: RST.
+    Reset,
+    /// Gives up after a read timeout, then closes.
+    Timeout,
+}
+
+const LEAVES: [Leave; 4] = [Leave::Close, Leave::HalfClose, Leave::Reset, Leave::Timeout];
+
+/// Sends one POST by hand; the socket stays open until [`leave`].
+fn send(addr: SocketAddr, path: &str, body: &Value) -> TcpStream {
+    let body = body.to_string();
+    let mut socket = TcpStream::connect(addr).expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).expect("head");
+    socket.write_all(body.as_bytes()).expect("body");
+    socket
+}
+
+/// Leaves; returns the socket when the client keeps it (half-close), so it is not closed yet.
+fn leave(socket: TcpStream, how: Leave) -> Option<TcpStream> {
+    match how {
+        Leave::Close => drop(socket),
+        Leave::HalfClose => {
+            socket.shutdown(Shutdown::Write).expect("half-close");
+            return Some(socket);
+        }
+        Leave::Reset => {
+            socket2::SockRef::from(&socket)
+                .set_linger(Some(Duration::ZERO))
+                .expect("linger 0");
+            drop(socket);
+        }
+        Leave::Timeout => {
+            let mut socket = socket;
+            socket
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .expect("timeout");
+            let mut buf = [0u8; 1];
+            // Nothing arrives for a non-streaming request: the read times out.
+            let _ = socket.read(&mut buf);
+            drop(socket);
+        }
+    }
+    None
+}
+
+fn abort_count(t: &Tiny) -> f64 {
+    let (_, text) = t.get_text("/metrics");
+    metric_value(&text, "vllm:request_success_total", "finished_reason=\"abort\"").unwrap_or(0.0)
+}
+
+/// Waits until the engine holds nothing; returns how long that took.
+fn wait_idle(t: &Tiny) -> Duration {
+    let start = Instant::now();
+    t.wait_for_load(|l| l["running"] == 0 && l["waiting"] == 0 && l["swapped"] == 0 && l["kv_cache_usage"] == 0.0);
+    start.elapsed()
+}
+
+fn slow(step_ms: u64) -> FakeBehaviour {
+    FakeBehaviour {
+        step_delay: Duration::from_millis(step_ms),
+        ..Default::default()
+    }
+}
+
+fn long_request(stream: bool) -> Value {
+    json!({"prompt": "long", "max_tokens": 200, "ignore_eos": true, "stream": stream})
+}
+
+/// Most time from a client leaving to the engine holding nothing, in these tests (the target
+/// is 100 ms; the bound leaves room for a loaded CI machine).
+const ABORT_BOUND: Duration = Duration::from_millis(1000);
+
+#[test]
+fn a_decoding_request_is_aborted_whichever_way_its_client_leaves() {
+    let t = start_fake(slow(5), |_| {});
+    let mut expected_aborts = 0.0;
+    for stream in [false, true] {
+        for how in LEAVES {
+            let socket = send(t.server.addr, "/v1/completions", &long_request(stream));
+            t.wait_for_load(|l| l["running"] == 1 && l["kv_cache_usage"].as_f64() > Some(0.0));
+            let kept = leave(socket, how);
+            let took = wait_idle(&t);
+            expected_aborts += 1.0;
+            assert!(took < ABORT_BOUND, "stream={stream} {how:?}: {took:?}");
+            drop(kept);
+        }
+    }
+    let aborts = |m: &str| metric_value(m, "vllm:request_success_total", "finished_reason=\"abort\"");
+    let metrics = scrape_until(&t, |m| aborts(m) == Some(expected_aborts));
+    assert_eq!(aborts(&metrics), Some(expected_aborts));
+}
+
+#[test]
+fn a_queued_request_is_aborted_when_its_client_leaves() {
+    let t = start_fake(slow(5), |c| c.engine.max_num_seqs = 1);
+    for how in LEAVES {
+        let holder = send(t.server.addr, "/v1/completions", &long_request(true));
+        t.wait_for_load(|l| l["running"] == 1);
+        let queued = send(t.server.addr, "/v1/completions", &long_request(false));
+        t.wait_for_load(|l| l["waiting"] == 1);
+        let before = abort_count(&t);
+        let kept = leave(queued, how);
+        t.wait_for_load(|l| l["waiting"] == 0);
+        assert_eq!(
+            t.wait_for_load(|l| l["waiting"] == 0)["running"],
+            1,
+            "{how:?}: the holder runs on"
+        );
+        drop(kept);
+        drop(holder);
+        wait_idle(&t);
+        scrape_until(&t, |m| {
+            metric_value(m, "vllm:request_success_total", "finished_reason=\"abort\"") == Some(before + 2.0)
+        });
+    }
+}
+
+#[test]
+fn a_prefilling_request_is_aborted_before_its_first_token() {
+    // 4 prompt tokens a step at 20 ms a step: a 240-token prompt prefills for over a second.
+    let t = start_fake(slow(20), |c| {
+        c.engine.max_num_seqs = 2;
+        c.engine.max_num_batched_tokens = 4;
+    });
+    for how in LEAVES {
+        let body = json!({"prompt": vec![5u32; 240], "max_tokens": 8, "ignore_eos": true});
+        let socket = send(t.server.addr, "/v1/completions", &body);
+        t.wait_for_load(|l| l["running"] == 1 && l["kv_cache_usage"].as_f64() > Some(0.0));
+        let kept = leave(socket, how);
+        let took = wait_idle(&t);
+        assert!(took < ABORT_BOUND, "{how:?}: {took:?}");
+        drop(kept);
+    }
+    let metrics = scrape_until(&t, |m| {
+        metric_value(m, "vllm:request_success_total", "finished_reason=\"abort\"") == Some(LEAVES.len() as f64)
+    });
+    let generated = metric_value(&metrics, "vllm:generation_tokens_total", "");
+    assert_eq!(generated, Some(0.0), "aborted before the first token:\n{metrics}");
+}
