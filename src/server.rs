@@ -14,6 +14,7 @@ use crate::api::{self, AppState, ServedModel};
 use crate::config::Config;
 use crate::executor::model_runner::ModelRunner;
 use crate::executor::{Executor, start_executor};
+use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
@@ -172,10 +173,22 @@ pub fn prepare_engine<E: Executor>(
         num_cpu_blocks,
         ..
     } = CacheSizing::new(config, &files.config)?;
-    let max_model_len = match config.engine.max_model_len {
-        0 => files.config.max_position_embeddings,
-        n => n.min(files.config.max_position_embeddings),
-    };
+    let context = context_length(
+        config.engine.max_model_len,
+        files.config.max_position_embeddings,
+        num_gpu_blocks,
+        config.engine.block_size,
+    )?;
+    if context.clamped_to_cache {
+        tracing::warn!(
+            model_context = files.config.max_position_embeddings,
+            cache_tokens = num_gpu_blocks * config.engine.block_size,
+            max_model_len = context.max_model_len,
+            "the KV cache holds fewer tokens than the model's context: max_model_len is clamped to the \
+             cache; raise --kv-cache-memory for longer sequences"
+        );
+    }
+    let max_model_len = context.max_model_len;
     let special = &files.special_tokens;
     let token_text = |id: Option<u32>| id.and_then(|id| files.tokenizer.id_to_token(id)).unwrap_or_default();
     let chat_template = ChatTemplate::new(
@@ -257,6 +270,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
         per_request_metrics: config.server.enable_per_request_metrics,
+        limits: config.limits.clone(),
         _telemetry: Arc::clone(&telemetry),
     });
     let body_limit = config.server.max_request_body_bytes;

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
+use super::limits::PromptSize;
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
     ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
@@ -41,6 +42,22 @@ impl Endpoint for Chat {
 
     fn sampling_params(request: &ChatCompletionRequest) -> Result<SamplingParams, ApiError> {
         request.sampling_params()
+    }
+
+    /// `max_completion_tokens` wins when both are sent, as in validation.
+    fn max_tokens_param(request: &ChatCompletionRequest) -> &'static str {
+        if request.max_completion_tokens.is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+
+    fn prompt_size(request: &ChatCompletionRequest) -> PromptSize {
+        PromptSize {
+            prompts: 1,
+            text_bytes: request.content_bytes(),
+        }
     }
 
     fn delivery(request: &ChatCompletionRequest) -> Delivery {

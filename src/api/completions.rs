@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
+use super::limits::PromptSize;
 use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
     TopLogprobMap, Usage, finite_logprob,
@@ -42,6 +43,20 @@ impl Endpoint for Completions {
 
     fn sampling_params(request: &CompletionRequest) -> Result<SamplingParams, ApiError> {
         request.sampling_params()
+    }
+
+    fn max_tokens_param(_request: &CompletionRequest) -> &'static str {
+        "max_tokens"
+    }
+
+    fn prompt_size(request: &CompletionRequest) -> PromptSize {
+        let (prompts, text_bytes) = match &request.prompt {
+            PromptInput::Text(text) => (1, text.len()),
+            PromptInput::TextBatch(texts) => (texts.len(), texts.iter().map(String::len).sum()),
+            PromptInput::Tokens(_) => (1, 0),
+            PromptInput::TokenBatch(batch) => (batch.len(), 0),
+        };
+        PromptSize { prompts, text_bytes }
     }
 
     fn delivery(request: &CompletionRequest) -> Delivery {

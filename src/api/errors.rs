@@ -26,10 +26,9 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("The model `{0}` does not exist.")]
     ModelNotFound(String),
-    /// Prompt plus `max_tokens` do not fit the model's context window.
-    /// `prompt_param` is `"prompt"` or `"messages"`, so the error names the
-    /// right field: the prompt itself when it alone is too long, else
-    /// `max_tokens`.
+    /// Prompt plus `max_tokens` do not fit the model's context window. The error names the
+    /// field at fault as the client sent it: the prompt (`prompt` or `messages`) when it alone
+    /// is too long, else `max_tokens` or `max_completion_tokens`.
     #[error(
         "This model's maximum context length is {max_model_len} tokens. However, you requested \
          {} tokens ({prompt_tokens} in the {prompt_param}, {max_tokens} for the completion). \
@@ -41,6 +40,7 @@ pub enum ApiError {
         max_tokens: u32,
         max_model_len: u32,
         prompt_param: &'static str,
+        max_tokens_param: &'static str,
     },
     /// The waiting queue is full; the client should retry after a pause.
     #[error("The server is overloaded; retry after {retry_after_secs} seconds.")]
@@ -123,11 +123,12 @@ impl ApiError {
                 prompt_tokens,
                 max_model_len,
                 prompt_param,
+                max_tokens_param,
                 ..
             } => Some(if prompt_tokens >= max_model_len {
                 prompt_param
             } else {
-                "max_tokens"
+                max_tokens_param
             }),
             _ => None,
         }
@@ -276,9 +277,10 @@ mod tests {
             max_tokens,
             max_model_len: 100,
             prompt_param: "messages",
+            max_tokens_param: "max_completion_tokens",
         };
         assert_eq!(e(120, 10).param(), Some("messages"));
-        assert_eq!(e(60, 50).param(), Some("max_tokens"));
+        assert_eq!(e(60, 50).param(), Some("max_completion_tokens"));
         assert_eq!(e(60, 50).status_code(), StatusCode::BAD_REQUEST);
         assert_eq!(e(60, 50).code(), Some("context_length_exceeded"));
         assert!(e(60, 50).to_string().contains("requested 110 tokens"));

@@ -11,7 +11,7 @@ use tokenizers::Tokenizer;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceRequest, ChoiceStream};
-use super::prompt::fit_to_context;
+use super::prompt::{ParamNames, fit_to_context};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 use crate::scheduler::actor::SchedulerActor;
@@ -24,8 +24,8 @@ pub struct FanOut<'a> {
     pub operation: Operation,
     pub arrival: Instant,
     pub max_model_len: usize,
-    /// The field that carries the prompt, named when one does not fit the context.
-    pub prompt_param: &'static str,
+    /// The fields an error names when a prompt does not fit the context.
+    pub params: ParamNames,
 }
 
 /// `n` choices per prompt, numbered prompt-major as OpenAI numbers them.
@@ -38,7 +38,7 @@ pub fn plan_choices(
     let mut choices = Vec::with_capacity(prompts.len() * n as usize);
     for (p, prompt) in prompts.into_iter().enumerate() {
         let mut base = params.clone();
-        fit_to_context(prompt.len(), &mut base, fan_out.max_model_len, fan_out.prompt_param)?;
+        fit_to_context(prompt.len(), &mut base, fan_out.max_model_len, fan_out.params)?;
         for c in 0..n {
             let index = p as u32 * n + c;
             let mut params = base.clone();
@@ -81,7 +81,10 @@ mod tests {
             operation: Operation::TextCompletion,
             arrival: Instant::now(),
             max_model_len,
-            prompt_param: "prompt",
+            params: ParamNames {
+                prompt: "prompt",
+                max_tokens: "max_tokens",
+            },
         }
     }
 

@@ -6,6 +6,7 @@ pub mod detokenizer;
 pub mod errors;
 pub mod fan_out;
 pub mod generation;
+pub mod limits;
 pub mod load_header;
 pub mod openai_types;
 pub mod pipeline;
@@ -24,6 +25,7 @@ use tokenizers::Tokenizer;
 use errors::ApiError;
 pub use routes::routes;
 
+use crate::config::LimitsConfig;
 use crate::model::chat_template::ChatTemplate;
 use crate::scheduler::actor::SchedulerActor;
 use crate::stats::actor::StatsActor;
@@ -48,6 +50,8 @@ pub struct AppState {
     pub registry: prometheus::Registry,
     /// Add per-request `metrics` to responses.
     pub per_request_metrics: bool,
+    /// What one request may ask for.
+    pub limits: LimitsConfig,
     /// Keeps the meter provider (and its exporters) alive as long as the server.
     pub _telemetry: Arc<Telemetry>,
 }

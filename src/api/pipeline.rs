@@ -11,8 +11,9 @@ use actix_web::HttpResponse;
 use super::errors::ApiError;
 use super::fan_out::{FanOut, plan_choices, submit_choices};
 use super::generation::{ChoiceDelta, collect_all};
+use super::limits::{PromptSize, check_limits};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
-use super::prompt::check_prompt;
+use super::prompt::{ParamNames, check_prompt};
 use super::sse::{ChunkFormat, sse_response};
 use super::{AppState, ServedModel, unix_now};
 use crate::engine::sampling_params::SamplingParams;
@@ -92,6 +93,10 @@ pub trait Endpoint {
     fn requested_model(request: &Self::Request) -> Option<&str>;
     /// Validates every parameter and resolves defaults.
     fn sampling_params(request: &Self::Request) -> Result<SamplingParams, ApiError>;
+    /// The field that carries `max_tokens` as this request spelled it.
+    fn max_tokens_param(request: &Self::Request) -> &'static str;
+    /// How many prompts, how much text: measured before tokenisation, for the limits.
+    fn prompt_size(request: &Self::Request) -> PromptSize;
     fn delivery(request: &Self::Request) -> Delivery;
     fn format(request: &Self::Request, head: ResponseHead) -> Self::Format;
     /// The prompts as token ids, one per prompt the body holds.
@@ -103,6 +108,11 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
     let arrival = Instant::now();
     state.check_model(E::requested_model(&request))?;
     let params = E::sampling_params(&request)?;
+    check_limits(&state.limits, E::prompt_size(&request), &params, E::PROMPT_PARAM)?;
+    let names = ParamNames {
+        prompt: E::PROMPT_PARAM,
+        max_tokens: E::max_tokens_param(&request),
+    };
     let delivery = E::delivery(&request);
     let head = ResponseHead::new(E::ID_PREFIX, &state.model.name, state.per_request_metrics);
     let id = head.id.clone();
@@ -118,7 +128,7 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
         operation: E::OPERATION,
         arrival,
         max_model_len: state.model.max_model_len,
-        prompt_param: E::PROMPT_PARAM,
+        params: names,
     };
     let choices = plan_choices(&fan_out, prompts, params)?;
     let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices).await?;

@@ -40,19 +40,29 @@ pub fn check_prompt(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), A
     Ok(())
 }
 
+/// The request fields an error about the context names, as the client spelled them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamNames {
+    /// `prompt` or `messages`.
+    pub prompt: &'static str,
+    /// `max_tokens` or `max_completion_tokens`.
+    pub max_tokens: &'static str,
+}
+
 /// Clamps an open `max_tokens` to the room left in the context, and refuses a prompt that
 /// with `max_tokens` exceeds it.
 pub fn fit_to_context(
     prompt_len: usize,
     params: &mut SamplingParams,
     max_model_len: usize,
-    prompt_param: &'static str,
+    names: ParamNames,
 ) -> Result<(), ApiError> {
     let exceeded = |max_tokens: u32| ApiError::ContextLengthExceeded {
         prompt_tokens: prompt_len as u32,
         max_tokens,
         max_model_len: max_model_len as u32,
-        prompt_param,
+        prompt_param: names.prompt,
+        max_tokens_param: names.max_tokens,
     };
     if prompt_len >= max_model_len {
         return Err(exceeded(params.max_tokens.min(1)));
@@ -70,22 +80,29 @@ pub fn fit_to_context(
 mod tests {
     use super::*;
 
+    const CHAT: ParamNames = ParamNames {
+        prompt: "messages",
+        max_tokens: "max_completion_tokens",
+    };
+
     #[test]
     fn open_max_tokens_is_clamped_and_explicit_overflow_refused() {
         let mut p = SamplingParams {
             max_tokens: u32::MAX,
             ..Default::default()
         };
-        fit_to_context(100, &mut p, 128, "messages").expect("fits");
+        fit_to_context(100, &mut p, 128, CHAT).expect("fits");
         assert_eq!(p.max_tokens, 28);
         let mut p = SamplingParams {
             max_tokens: 29,
             ..Default::default()
         };
-        let err = fit_to_context(100, &mut p, 128, "prompt").unwrap_err();
+        let err = fit_to_context(100, &mut p, 128, CHAT).unwrap_err();
         assert!(matches!(err, ApiError::ContextLengthExceeded { .. }));
+        assert_eq!(err.param(), Some("max_completion_tokens"));
         let mut p = SamplingParams::default();
-        assert!(fit_to_context(128, &mut p, 128, "prompt").is_err());
+        let err = fit_to_context(128, &mut p, 128, CHAT).unwrap_err();
+        assert_eq!(err.param(), Some("messages"));
     }
 
     #[test]

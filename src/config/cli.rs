@@ -84,6 +84,18 @@ pub struct ServeArgs {
     pub async_scheduling: Option<bool>,
     #[arg(long, env = "KILN_MAX_REQUEST_BODY_BYTES")]
     pub max_request_body_bytes: Option<usize>,
+    /// Most sequences one body may start (prompts × n).
+    #[arg(long, env = "KILN_MAX_CHOICES_PER_REQUEST")]
+    pub max_choices_per_request: Option<usize>,
+    /// Most bytes of a request's stop strings together.
+    #[arg(long, env = "KILN_MAX_STOP_BYTES")]
+    pub max_stop_bytes: Option<usize>,
+    /// Longest stop_token_ids list.
+    #[arg(long, env = "KILN_MAX_STOP_TOKEN_IDS")]
+    pub max_stop_token_ids: Option<usize>,
+    /// Most bytes of prompt text (all prompts, or all chat message contents) in one request.
+    #[arg(long, env = "KILN_MAX_PROMPT_BYTES")]
+    pub max_prompt_bytes: Option<usize>,
     /// Turn telemetry off (to measure its cost).
     #[arg(long, env = "KILN_DISABLE_TELEMETRY")]
     pub disable_telemetry: bool,
@@ -142,6 +154,10 @@ impl ServeArgs {
         set(&mut c.server.host, &self.host);
         set(&mut c.server.port, &self.port);
         set(&mut c.server.max_request_body_bytes, &self.max_request_body_bytes);
+        set(&mut c.limits.max_choices_per_request, &self.max_choices_per_request);
+        set(&mut c.limits.max_stop_bytes, &self.max_stop_bytes);
+        set(&mut c.limits.max_stop_token_ids, &self.max_stop_token_ids);
+        set(&mut c.limits.max_prompt_bytes, &self.max_prompt_bytes);
         set(&mut c.engine.block_size, &self.block_size);
         set(&mut c.engine.kv_cache_memory, &self.kv_cache_memory);
         set(&mut c.engine.num_gpu_blocks_override, &self.num_gpu_blocks_override);

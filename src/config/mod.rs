@@ -19,6 +19,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub model: ModelConfig,
     pub engine: EngineConfig,
+    pub limits: LimitsConfig,
     pub telemetry: TelemetrySettings,
 }
 
@@ -72,6 +73,21 @@ pub struct EngineConfig {
     pub async_scheduling: bool,
 }
 
+/// What one request may ask for, so that no body fans out or costs without bound.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Most sequences one body may start: prompts × `n`.
+    pub max_choices_per_request: usize,
+    /// Most bytes of all `stop` strings together (each is searched on every token).
+    pub max_stop_bytes: usize,
+    /// Longest `stop_token_ids` list.
+    pub max_stop_token_ids: usize,
+    /// Most bytes of prompt text: all prompts of a completions body, or all message contents
+    /// of a chat body.
+    pub max_prompt_bytes: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TelemetrySettings {
@@ -118,6 +134,17 @@ impl Default for EngineConfig {
             swap_space_gib: 4.0,
             enable_prefix_caching: false,
             async_scheduling: true,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_choices_per_request: 128,
+            max_stop_bytes: 1024,
+            max_stop_token_ids: 64,
+            max_prompt_bytes: 1 << 20,
         }
     }
 }
@@ -207,6 +234,17 @@ impl Config {
         }
         if e.max_waiting == 0 {
             return Err(invalid("engine.max_waiting", "must be at least 1"));
+        }
+        let l = &self.limits;
+        for (key, value) in [
+            ("limits.max_choices_per_request", l.max_choices_per_request),
+            ("limits.max_stop_bytes", l.max_stop_bytes),
+            ("limits.max_stop_token_ids", l.max_stop_token_ids),
+            ("limits.max_prompt_bytes", l.max_prompt_bytes),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
         }
         let t = &self.telemetry;
         if !(t.log_interval_s > 0.0 && t.log_interval_s.is_finite()) {

@@ -2,4 +2,5 @@
 
 pub mod backend_ops;
 pub mod block_manager;
+pub mod capacity;
 pub mod device_cache;

@@ -276,6 +276,19 @@ pub struct ChatCompletionRequest {
 }
 
 impl ChatCompletionRequest {
+    /// Bytes of text in every message's content, before the template adds its own.
+    pub fn content_bytes(&self) -> usize {
+        let part_bytes = |p: &ContentPart| p.text.as_ref().map_or(0, String::len);
+        self.messages
+            .iter()
+            .map(|m| match &m.content {
+                None => 0,
+                Some(MessageContent::Text(s)) => s.len(),
+                Some(MessageContent::Parts(parts)) => parts.iter().map(part_bytes).sum(),
+            })
+            .sum()
+    }
+
     /// Every message with its content flattened (see [`ChatMessageIn::text`]).
     pub fn flattened_messages(&self) -> Result<Vec<ChatMessage>, ApiError> {
         self.messages
