@@ -2,12 +2,14 @@
 //!
 //! The engine driver (`direct_engine`, `greedy_request`, `run_to_completion`) is always built:
 //! the engine benchmarks measure the real engine with it. The test doubles and fixtures (the
-//! tiny random-weight model, the in-process `TestServer`) and
+//! tiny random-weight model, the in-process `TestServer`, the real-model lookup) and
 //! `executor::fake` are built only for the lib's unit tests and with the `testing` feature,
 //! which the integration tests and the tiny-model benchmarks require; a plain `cargo build`
 //! leaves them out of the server.
 
 mod direct;
+#[cfg(any(test, feature = "testing"))]
+pub mod real_model;
 #[cfg(any(test, feature = "testing"))]
 mod server;
 #[cfg(any(test, feature = "testing"))]
