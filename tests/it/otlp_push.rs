@@ -1,12 +1,13 @@
 //! OTLP push against real receivers, recorded through the stats actor as kiln does.
 //!
-//! Ignored by default: they need receiver binaries, found through environment variables.
+//! Ignored by default: they need receiver binaries, found through environment variables
+//! (`.ci/run` installs both in `.ci/venv` and sets them). By hand, from the repository:
 //!
 //! ```text
-//! python3 -m venv /work/scratch/venv && /work/scratch/venv/bin/pip install oteltap rotel
-//! KILN_TEST_OTELTAP=/work/scratch/venv/bin/oteltap \
-//! KILN_TEST_ROTEL=/work/scratch/venv/lib/python3.11/site-packages/rotel/rotel-agent \
-//!   cargo test -j1 --test otlp_push -- --ignored
+//! python3 -m venv .ci/venv && .ci/venv/bin/pip install oteltap==1.0.0 rotel==0.0.1a15
+//! KILN_TEST_OTELTAP=$PWD/.ci/venv/bin/oteltap \
+//! KILN_TEST_ROTEL=$(ls $PWD/.ci/venv/lib/python3*/site-packages/rotel/rotel-agent) \
+//!   cargo test --release --features testing --test it otlp_push -- --ignored
 //! ```
 //!
 //! oteltap receives http/protobuf only and exits 0 once a metric matching `--await-metric`

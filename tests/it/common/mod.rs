@@ -105,27 +105,36 @@ impl Tiny {
             .collect()
     }
 
-    /// Polls `/load` until `done` holds or the deadline passes (a condition wait, bounded).
+    /// Polls `/load` until `done` holds; panics at the deadline with the last load seen.
     pub fn wait_for_load(&self, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (_, text) = self.get_text("/load");
-            let load: Value = serde_json::from_str(&text).expect("load json");
-            if done(&load) || Instant::now() > deadline {
-                return load;
-            }
-            std::thread::yield_now();
-        }
+        poll_until(
+            "/load",
+            || serde_json::from_str(&self.get_text("/load").1).expect("load json"),
+            done,
+        )
     }
 }
 
-/// Scrapes until `done` holds (the stats actor records asynchronously) or the deadline.
+/// Scrapes until `done` holds (the stats actor records asynchronously); panics at the
+/// deadline with the last exposition seen.
 pub fn scrape_until(t: &Tiny, done: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    poll_until("/metrics", || t.get_text("/metrics").1, |text: &String| done(text))
+}
+
+/// How long a polled condition may take to hold before the test fails.
+const POLL_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Fetches `what` until `done` holds (a condition wait, bounded); panics at the deadline
+/// with the last value seen, so a condition that never holds fails the test where it waits.
+fn poll_until<T: std::fmt::Display>(what: &str, mut fetch: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
+    let deadline = Instant::now() + POLL_DEADLINE;
     loop {
-        let (_, text) = t.get_text("/metrics");
-        if done(&text) || Instant::now() > deadline {
-            return text;
+        let value = fetch();
+        if done(&value) {
+            return value;
+        }
+        if Instant::now() > deadline {
+            panic!("{what} did not reach the awaited state within {POLL_DEADLINE:?}; last seen:\n{value}");
         }
         std::thread::yield_now();
     }
