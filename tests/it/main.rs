@@ -10,6 +10,7 @@ mod disconnects;
 mod model_formats;
 mod openai_client;
 mod otlp_push;
+mod overload;
 mod reference_parity;
 mod scheduler_pressure;
 mod telemetry;
