@@ -4,7 +4,6 @@ pub mod actor;
 pub mod output;
 pub mod policy;
 pub mod request;
-mod timing;
 
 pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
 pub use request::NewRequest;

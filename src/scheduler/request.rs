@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::engine::intervals::RequestTimestamps;
 use crate::engine::sampling_params::SamplingParams;
-use crate::engine::types::{Operation, RequestId, RequestTimestamps};
+use crate::engine::types::{Operation, RequestId};
 
 /// A request as handed to [`Scheduler::add`](super::Scheduler::add).
 #[derive(Debug, Clone)]
