@@ -4,4 +4,5 @@ pub mod events;
 pub mod intervals;
 pub mod messages;
 pub mod sampling_params;
+pub mod step;
 pub mod types;

@@ -14,9 +14,8 @@ use super::policy::{Scheduler, StepResult};
 use super::request::NewRequest;
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
+use crate::engine::step::{ExecuteBatch, SchedulerOutput};
 use crate::engine::types::RequestId;
-use crate::executor::ExecuteBatch;
-use crate::scheduler::output::SchedulerOutput;
 use crate::stats::actor::{AdmissionRejected, RecordStep, StatsActor};
 use crate::stats::data::SchedulerStats;
 

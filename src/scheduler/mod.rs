@@ -1,7 +1,6 @@
 //! The scheduler: a pure policy (`Scheduler`) and its actor shell (`SchedulerActor`).
 
 pub mod actor;
-pub mod output;
 pub mod policy;
 pub mod request;
 

@@ -7,10 +7,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::output::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use super::request::{NewRequest, Request};
 use crate::engine::events::{EngineError, TokenEvent, TokenUsage};
 use crate::engine::messages::AbortReason;
+use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use crate::engine::types::{FinishReason, RequestId};
 use crate::kv_cache::block_manager::{BlockManager, BlockManagerConfig};
 use crate::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
@@ -171,11 +171,11 @@ impl Scheduler {
     /// Chooses the step after the one the executor is running, while it runs (vLLM's async
     /// scheduling), so the executor starts it the moment the running step ends. A request
     /// whose running step samples a token gets a placeholder for that token
-    /// ([`ScheduledSequence::last_token_pending`](super::output::ScheduledSequence)); one
-    /// whose pending token ends it by length is left out. If that token turns out to end it
-    /// (EOS, a stop string), the look-ahead step's work for it is wasted and its output
-    /// dropped. Returns `None` when the step would need a preemption or a swap-in: that step
-    /// waits for the running one to come back and goes through [`Self::schedule`].
+    /// ([`ScheduledSequence::last_token_pending`]); one whose pending token ends it by
+    /// length is left out. If that token turns out to end it (EOS, a stop string), the
+    /// look-ahead step's work for it is wasted and its output dropped. Returns `None` when
+    /// the step would need a preemption or a swap-in: that step waits for the running one to
+    /// come back and goes through [`Self::schedule`].
     pub fn schedule_ahead(&mut self, now: Instant) -> Option<SchedulerOutput> {
         if !self.swapped.is_empty() {
             return None;
