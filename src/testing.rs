@@ -12,8 +12,9 @@ use rand::{Rng, SeedableRng};
 
 use crate::config::Config;
 use crate::executor::Executor;
+use crate::kernels::GgmlType;
+use crate::model::gguf::GgufValue;
 use crate::model::gguf::GgufWriter;
-use crate::model::gguf::{GgmlType, GgufValue};
 use crate::model::tokenizer::tiny_test_vocab;
 use crate::scheduler::actor::SchedulerActor;
 use crate::server::{PreparedEngine, start};
