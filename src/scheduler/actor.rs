@@ -10,6 +10,7 @@ use std::time::Instant;
 use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, WrapFuture};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::in_flight::{NextStep, StepsInFlight};
 use super::policy::{Scheduler, StepResult};
 use super::request::NewRequest;
 use crate::engine::events::{EngineError, TokenEvent};
@@ -24,11 +25,8 @@ pub struct SchedulerActor {
     executor: Recipient<ExecuteBatch>,
     stats: Addr<StatsActor>,
     channels: HashMap<RequestId, UnboundedSender<TokenEvent>>,
-    /// Steps sent to the executor and not answered: at most 2 (one running, one queued).
-    in_flight: usize,
-    /// A step failed while another was queued: schedule nothing until that one is back,
-    /// so its failure cannot reach requests admitted after the first.
-    draining: bool,
+    /// Steps sent to the executor and not answered: one running, one queued at most.
+    steps: StepsInFlight,
 }
 
 impl SchedulerActor {
@@ -38,8 +36,7 @@ impl SchedulerActor {
             executor,
             stats,
             channels: HashMap::new(),
-            in_flight: 0,
-            draining: false,
+            steps: StepsInFlight::default(),
         }
     }
 
@@ -56,32 +53,31 @@ impl SchedulerActor {
         if !self.scheduler.has_work() {
             return None;
         }
-        let batch = match self.in_flight {
-            0 => self.scheduler.schedule(Instant::now()),
-            1 if self.scheduler.config().async_scheduling && !self.draining => {
-                self.scheduler.schedule_ahead(Instant::now())?
-            }
-            _ => return None,
+        let batch = match self.steps.next(self.scheduler.config().async_scheduling) {
+            NextStep::Schedule => self.scheduler.schedule(Instant::now()),
+            NextStep::ScheduleAhead => self.scheduler.schedule_ahead(Instant::now())?,
+            NextStep::Wait => return None,
         };
         (!batch.is_empty()).then_some(batch)
     }
 
     fn send(&mut self, batch: Arc<SchedulerOutput>, ctx: &mut Context<Self>) {
-        self.in_flight += 1;
+        self.steps.sent();
         let request = self.executor.send(ExecuteBatch {
             batch: Arc::clone(&batch),
         });
         ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            act.in_flight -= 1;
-            let now = Instant::now();
-            let step = match result {
-                Ok(Ok(output)) => act.scheduler.update_from_output(&batch, output, now),
-                Ok(Err(error)) => act.fail_batch(EngineError::Executor(error.to_string()), now),
-                Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
+            let output = match result {
+                Ok(Ok(output)) => Ok(output),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(mailbox) => Err(mailbox.to_string()),
             };
-            if act.in_flight == 0 {
-                act.draining = false;
-            }
+            act.steps.returned(output.is_err());
+            let now = Instant::now();
+            let step = match output {
+                Ok(output) => act.scheduler.update_from_output(&batch, output, now),
+                Err(error) => act.fail_batch(EngineError::Executor(error), now),
+            };
             act.publish(step);
             act.step(ctx);
         }));
@@ -91,7 +87,6 @@ impl SchedulerActor {
     /// a step queued behind the failed one.
     fn fail_batch(&mut self, error: EngineError, now: Instant) -> StepResult {
         tracing::error!(%error, "step failed; failing the running requests");
-        self.draining = self.in_flight > 0;
         self.scheduler.fail_running(&error, now)
     }
 

@@ -129,7 +129,7 @@ impl Scheduler {
     /// (see [`Self::schedule_ahead`]).
     pub fn schedule(&mut self, now: Instant) -> SchedulerOutput {
         debug_assert!(
-            self.running.iter().all(|r| r.num_in_flight == 0),
+            self.running.iter().all(|r| r.in_flight.tokens() == 0),
             "schedule() with a step in flight; use schedule_ahead()"
         );
         let mut out = SchedulerOutput::default();
@@ -175,7 +175,8 @@ impl Scheduler {
     /// length is left out. If that token turns out to end it (EOS, a stop string), the
     /// look-ahead step's work for it is wasted and its output dropped. Returns `None` when
     /// the step would need a preemption or a swap-in: that step waits for the running one to
-    /// come back and goes through [`Self::schedule`].
+    /// come back and goes through [`Self::schedule`]. The invariants of steps in flight are
+    /// written in `scheduler::in_flight`.
     pub fn schedule_ahead(&mut self, now: Instant) -> Option<SchedulerOutput> {
         if !self.swapped.is_empty() {
             return None;
@@ -217,7 +218,7 @@ impl Scheduler {
     /// or its latest token, possibly one a step in flight has yet to sample. 0 when that
     /// pending token ends the request by length, or when everything is already in flight.
     fn num_to_schedule(&self, request: &Request) -> usize {
-        let pending_ends_it = request.num_pending_samples > 0
+        let pending_ends_it = request.in_flight.samples() > 0
             && (request.num_generated_with_pending() >= request.params.max_tokens as usize
                 || request.len_with_pending() >= self.config.max_model_len);
         if pending_ends_it {
@@ -329,10 +330,7 @@ impl Scheduler {
             },
             prompt_token_ids: params.uses_prompt_tokens().then(|| Arc::clone(&request.prompt)),
         };
-        request.num_in_flight += num_new;
-        if sample {
-            request.num_pending_samples += 1;
-        }
+        request.in_flight.send(num_new, sample);
         sequence
     }
 
@@ -341,7 +339,8 @@ impl Scheduler {
     fn preempt_by_recompute(&mut self, index: usize) {
         let mut request = self.running.remove(index);
         debug_assert_eq!(
-            request.num_in_flight, 0,
+            request.in_flight.tokens(),
+            0,
             "only requests with no step in flight are preempted"
         );
         self.blocks.free(&request.id);
@@ -365,10 +364,7 @@ impl Scheduler {
             let prompt_len = request.prompt.len();
             let start = request.num_computed;
             request.num_computed += seq.token_ids.len();
-            request.num_in_flight -= seq.token_ids.len();
-            if seq.sample {
-                request.num_pending_samples -= 1;
-            }
+            request.in_flight.receive(seq.token_ids.len(), seq.sample);
             iteration.num_prefill_tokens_computed +=
                 (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
             // Only a step that fills a block gives the prefix cache something new to register
