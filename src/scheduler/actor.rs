@@ -18,7 +18,7 @@ use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::step::{ExecuteBatch, SchedulerOutput};
 use crate::engine::types::RequestId;
 use crate::stats::actor::{AdmissionRejected, RecordStep, StatsActor};
-use crate::stats::data::SchedulerStats;
+use crate::stats::data::{IterationStats, SchedulerStats};
 
 pub struct SchedulerActor {
     scheduler: Scheduler,
@@ -90,11 +90,27 @@ impl SchedulerActor {
         self.scheduler.fail_running(&error, now)
     }
 
-    /// Sends events to their requests and stats to the stats actor. A request whose
-    /// receiver is gone (client vanished) is aborted at once.
+    /// Sends events to their requests and stats to the stats actor. A request whose client
+    /// has gone (its receiver is dropped) is aborted at once, and the stats it leaves follow.
     fn publish(&mut self, step: StepResult) {
+        let gone = self.deliver(step.events);
+        self.record(step.scheduler_stats, step.iteration_stats);
+        if gone.is_empty() {
+            return;
+        }
+        let aborted = self.abort(gone, AbortReason::ClientGone);
+        // Final events only, to clients that are gone: they close the channels and find no
+        // receiver, so no request is gone in turn.
+        let also_gone = self.deliver(aborted.events);
+        debug_assert!(also_gone.is_empty(), "final events never make a request gone");
+        self.record(aborted.scheduler_stats, aborted.iteration_stats);
+    }
+
+    /// Sends each event to its request's channel, and drops the channel after a final event.
+    /// Returns the requests whose client is gone (a token found no receiver).
+    fn deliver(&mut self, events: Vec<(RequestId, TokenEvent)>) -> Vec<RequestId> {
         let mut gone = Vec::new();
-        for (id, event) in step.events {
+        for (id, event) in events {
             let last = !matches!(event, TokenEvent::Token { .. });
             if let Some(tx) = self.channels.get(&id)
                 && tx.send(event).is_err()
@@ -106,26 +122,26 @@ impl SchedulerActor {
                 self.channels.remove(&id);
             }
         }
-        self.stats.do_send(RecordStep {
-            scheduler: step.scheduler_stats,
-            iteration: step.iteration_stats,
-        });
-        if !gone.is_empty() {
-            for id in gone {
-                self.abort(&id, AbortReason::ClientGone);
-            }
-            let pending = self.scheduler.take_pending();
-            self.publish(pending);
-        }
+        gone
     }
 
-    fn abort(&mut self, id: &RequestId, reason: AbortReason) {
-        if let Some(event) = self.scheduler.abort(id, reason, Instant::now())
-            && let Some(tx) = self.channels.remove(id)
-        {
-            let _ = tx.send(event);
+    fn record(&self, scheduler: SchedulerStats, iteration: IterationStats) {
+        self.stats.do_send(RecordStep { scheduler, iteration });
+    }
+
+    /// Ends requests wherever they are. Returns their final events (none for a request that
+    /// had already finished) and the stats they leave, for [`Self::publish`].
+    fn abort(&mut self, ids: impl IntoIterator<Item = RequestId>, reason: AbortReason) -> StepResult {
+        let mut events = Vec::new();
+        for id in ids {
+            if let Some(event) = self.scheduler.abort(&id, reason, Instant::now()) {
+                events.push((id, event));
+            }
         }
-        self.channels.remove(id);
+        StepResult {
+            events,
+            ..self.scheduler.take_pending()
+        }
     }
 }
 
@@ -160,10 +176,9 @@ impl Handler<Abort> for SchedulerActor {
     type Result = ();
 
     fn handle(&mut self, msg: Abort, ctx: &mut Context<Self>) {
-        self.abort(&msg.id, msg.reason);
-        // Gauges and the finished request's stats go out now, not at the next step.
-        let pending = self.scheduler.take_pending();
-        self.publish(pending);
+        // Its final event, the gauges and its stats go out now, not at the next step.
+        let aborted = self.abort([msg.id], msg.reason);
+        self.publish(aborted);
         self.step(ctx);
     }
 }
