@@ -14,11 +14,11 @@ use super::errors::ApiError;
 use super::openai_types::RequestMetrics;
 use super::stop_strings::StopStringMatcher;
 use crate::engine::events::{EngineError, TokenEvent, TokenLogprobs, TokenUsage};
+use crate::engine::intervals::RequestIntervals;
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::{FinishReason, Operation, RequestId};
 use crate::scheduler::actor::SchedulerActor;
-use crate::stats::data::RequestIntervals;
 
 /// One generated token as the client sees it.
 #[derive(Debug, Clone, PartialEq)]

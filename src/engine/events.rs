@@ -1,8 +1,8 @@
 //! What the engine tells one request: a tokio channel per request (the hot path, not an
 //! actor message).
 
+use crate::engine::intervals::RequestIntervals;
 use crate::engine::types::FinishReason;
-use crate::stats::data::RequestIntervals;
 
 /// Log-probabilities of one generated position.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,8 @@
 //! Types and messages shared by the api, the scheduler and the executor.
 
 pub mod events;
+pub mod intervals;
 pub mod messages;
 pub mod sampling_params;
+pub mod step;
 pub mod types;

@@ -1,7 +1,5 @@
 //! Plain data shared by the api, the scheduler and the executor.
 
-use std::time::Instant;
-
 /// Engine-wide request id (the API's `cmpl-…`/`chatcmpl-…` id plus a choice index).
 pub type RequestId = String;
 
@@ -44,18 +42,4 @@ impl Operation {
             Operation::TextCompletion => "text_completion",
         }
     }
-}
-
-/// Monotonic timestamps of one request, all from `Instant` (one clock).
-#[derive(Debug, Clone, Copy)]
-pub struct RequestTimestamps {
-    /// The API parsed the request.
-    pub arrival: Instant,
-    /// The scheduler accepted it.
-    pub queued: Option<Instant>,
-    /// First included in a batch.
-    pub scheduled: Option<Instant>,
-    pub first_token: Option<Instant>,
-    pub last_token: Option<Instant>,
-    pub finished: Option<Instant>,
 }

@@ -2,29 +2,14 @@
 //! the executor's state is reset, and the step's requests end with `finish_reason=error`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use actix::{Actor, Addr, Handler, Message, SyncArbiter, SyncContext};
+use actix::{Actor, Addr, Handler, SyncArbiter, SyncContext};
 
 use super::Executor;
 use super::previous_samples::PreviousSamples;
-use crate::scheduler::output::{ModelOutput, SchedulerOutput};
-
-/// Run one step.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<ModelOutput, ExecutorError>")]
-pub struct ExecuteBatch {
-    pub batch: Arc<SchedulerOutput>,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ExecutorError {
-    #[error("the executor panicked: {0}")]
-    Panicked(String),
-    #[error("the executor failed: {0}")]
-    Failed(String),
-}
+use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput};
 
 pub struct ExecutorActor<E: Executor> {
     executor: E,

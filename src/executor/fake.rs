@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::{Executor, ExecutorError};
-use crate::scheduler::output::{ModelOutput, SampledToken, SchedulerOutput};
+use super::Executor;
+use crate::engine::step::{ExecutorError, ModelOutput, SampledToken, SchedulerOutput};
 
 /// What the fake does on a step whose batch contains a given prompt token.
 #[derive(Debug, Clone, Default)]

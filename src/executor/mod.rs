@@ -8,9 +8,9 @@ pub mod model_runner;
 pub mod previous_samples;
 pub mod sampler;
 
-pub use actor::{ExecuteBatch, ExecutorActor, ExecutorError, start_executor};
+pub use actor::{ExecutorActor, start_executor};
 
-use crate::scheduler::output::{ModelOutput, SchedulerOutput};
+use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 
 /// Something that can run a step: the burn model, or a fake in tests.
 pub trait Executor: Send + Unpin + 'static {

@@ -3,13 +3,13 @@
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use super::Executor;
 use super::host_pool::HostKvPool;
 use super::sampler::{SamplingContext, sample, token_rng};
-use super::{Executor, ExecutorError};
+use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
 use crate::model::Backend;
 use crate::model::llama::{Llama, SequenceBatch};
-use crate::scheduler::output::{ModelOutput, SchedulerOutput};
 
 pub struct ModelRunner {
     model: Llama<Backend>,

@@ -4,12 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::ExecutorError;
+use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 use crate::engine::types::RequestId;
-use crate::scheduler::output::{ModelOutput, SchedulerOutput};
 
 #[cfg(doc)]
-use crate::scheduler::output::PENDING_TOKEN;
+use crate::engine::step::PENDING_TOKEN;
 
 /// The tokens sampled in the last step, by request.
 #[derive(Debug, Default)]
@@ -58,7 +57,7 @@ impl PreviousSamples {
 mod tests {
     use super::*;
     use crate::engine::sampling_params::SamplingParams;
-    use crate::scheduler::output::{PENDING_TOKEN, SampledToken, ScheduledSequence};
+    use crate::engine::step::{PENDING_TOKEN, SampledToken, ScheduledSequence};
 
     fn sequence(id: &str, token_ids: Vec<u32>, params: SamplingParams) -> ScheduledSequence {
         ScheduledSequence {

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::engine::events::TokenLogprobs;
 use crate::engine::sampling_params::SamplingParams;
-use crate::scheduler::output::SampledToken;
+use crate::engine::step::SampledToken;
 
 /// What the sampler needs to know about a sequence besides its logits.
 pub struct SamplingContext<'a> {

@@ -174,7 +174,7 @@ pub(super) fn row_panels(rows: Range<usize>) -> impl Iterator<Item = Range<usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::gguf::GgmlType;
+    use crate::kernels::GgmlType;
     use crate::model::gguf::quantize;
 
     fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {

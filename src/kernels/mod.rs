@@ -6,9 +6,11 @@ pub mod attention;
 mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod ggml_type;
 pub mod matmul;
 pub mod packed;
 mod strided_gemm;
 
+pub use ggml_type::GgmlType;
 pub use matmul::matmul_packed;
 pub use packed::{BlockFormat, PackedMatrix};

@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use crate::model::gguf::GgmlType;
+use super::GgmlType;
 
 /// Elements per quantisation block (all supported ggml types).
 pub const BLOCK: usize = 32;

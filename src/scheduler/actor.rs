@@ -10,26 +10,23 @@ use std::time::Instant;
 use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, WrapFuture};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::in_flight::{NextStep, StepsInFlight};
 use super::policy::{Scheduler, StepResult};
 use super::request::NewRequest;
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
+use crate::engine::step::{ExecuteBatch, SchedulerOutput};
 use crate::engine::types::RequestId;
-use crate::executor::ExecuteBatch;
-use crate::scheduler::output::SchedulerOutput;
 use crate::stats::actor::{AdmissionRejected, RecordStep, StatsActor};
-use crate::stats::data::SchedulerStats;
+use crate::stats::data::{IterationStats, SchedulerStats};
 
 pub struct SchedulerActor {
     scheduler: Scheduler,
     executor: Recipient<ExecuteBatch>,
     stats: Addr<StatsActor>,
     channels: HashMap<RequestId, UnboundedSender<TokenEvent>>,
-    /// Steps sent to the executor and not answered: at most 2 (one running, one queued).
-    in_flight: usize,
-    /// A step failed while another was queued: schedule nothing until that one is back,
-    /// so its failure cannot reach requests admitted after the first.
-    draining: bool,
+    /// Steps sent to the executor and not answered: one running, one queued at most.
+    steps: StepsInFlight,
 }
 
 impl SchedulerActor {
@@ -39,8 +36,7 @@ impl SchedulerActor {
             executor,
             stats,
             channels: HashMap::new(),
-            in_flight: 0,
-            draining: false,
+            steps: StepsInFlight::default(),
         }
     }
 
@@ -57,32 +53,31 @@ impl SchedulerActor {
         if !self.scheduler.has_work() {
             return None;
         }
-        let batch = match self.in_flight {
-            0 => self.scheduler.schedule(Instant::now()),
-            1 if self.scheduler.config().async_scheduling && !self.draining => {
-                self.scheduler.schedule_ahead(Instant::now())?
-            }
-            _ => return None,
+        let batch = match self.steps.next(self.scheduler.config().async_scheduling) {
+            NextStep::Schedule => self.scheduler.schedule(Instant::now()),
+            NextStep::ScheduleAhead => self.scheduler.schedule_ahead(Instant::now())?,
+            NextStep::Wait => return None,
         };
         (!batch.is_empty()).then_some(batch)
     }
 
     fn send(&mut self, batch: Arc<SchedulerOutput>, ctx: &mut Context<Self>) {
-        self.in_flight += 1;
+        self.steps.sent();
         let request = self.executor.send(ExecuteBatch {
             batch: Arc::clone(&batch),
         });
         ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            act.in_flight -= 1;
-            let now = Instant::now();
-            let step = match result {
-                Ok(Ok(output)) => act.scheduler.update_from_output(&batch, output, now),
-                Ok(Err(error)) => act.fail_batch(EngineError::Executor(error.to_string()), now),
-                Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
+            let output = match result {
+                Ok(Ok(output)) => Ok(output),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(mailbox) => Err(mailbox.to_string()),
             };
-            if act.in_flight == 0 {
-                act.draining = false;
-            }
+            act.steps.returned(output.is_err());
+            let now = Instant::now();
+            let step = match output {
+                Ok(output) => act.scheduler.update_from_output(&batch, output, now),
+                Err(error) => act.fail_batch(EngineError::Executor(error), now),
+            };
             act.publish(step);
             act.step(ctx);
         }));
@@ -92,15 +87,30 @@ impl SchedulerActor {
     /// a step queued behind the failed one.
     fn fail_batch(&mut self, error: EngineError, now: Instant) -> StepResult {
         tracing::error!(%error, "step failed; failing the running requests");
-        self.draining = self.in_flight > 0;
         self.scheduler.fail_running(&error, now)
     }
 
-    /// Sends events to their requests and stats to the stats actor. A request whose
-    /// receiver is gone (client vanished) is aborted at once.
+    /// Sends events to their requests and stats to the stats actor. A request whose client
+    /// has gone (its receiver is dropped) is aborted at once, and the stats it leaves follow.
     fn publish(&mut self, step: StepResult) {
+        let gone = self.deliver(step.events);
+        self.record(step.scheduler_stats, step.iteration_stats);
+        if gone.is_empty() {
+            return;
+        }
+        let aborted = self.abort(gone, AbortReason::ClientGone);
+        // Final events only, to clients that are gone: they close the channels and find no
+        // receiver, so no request is gone in turn.
+        let also_gone = self.deliver(aborted.events);
+        debug_assert!(also_gone.is_empty(), "final events never make a request gone");
+        self.record(aborted.scheduler_stats, aborted.iteration_stats);
+    }
+
+    /// Sends each event to its request's channel, and drops the channel after a final event.
+    /// Returns the requests whose client is gone (a token found no receiver).
+    fn deliver(&mut self, events: Vec<(RequestId, TokenEvent)>) -> Vec<RequestId> {
         let mut gone = Vec::new();
-        for (id, event) in step.events {
+        for (id, event) in events {
             let last = !matches!(event, TokenEvent::Token { .. });
             if let Some(tx) = self.channels.get(&id)
                 && tx.send(event).is_err()
@@ -112,26 +122,26 @@ impl SchedulerActor {
                 self.channels.remove(&id);
             }
         }
-        self.stats.do_send(RecordStep {
-            scheduler: step.scheduler_stats,
-            iteration: step.iteration_stats,
-        });
-        if !gone.is_empty() {
-            for id in gone {
-                self.abort(&id, AbortReason::ClientGone);
-            }
-            let pending = self.scheduler.take_pending();
-            self.publish(pending);
-        }
+        gone
     }
 
-    fn abort(&mut self, id: &RequestId, reason: AbortReason) {
-        if let Some(event) = self.scheduler.abort(id, reason, Instant::now())
-            && let Some(tx) = self.channels.remove(id)
-        {
-            let _ = tx.send(event);
+    fn record(&self, scheduler: SchedulerStats, iteration: IterationStats) {
+        self.stats.do_send(RecordStep { scheduler, iteration });
+    }
+
+    /// Ends requests wherever they are. Returns their final events (none for a request that
+    /// had already finished) and the stats they leave, for [`Self::publish`].
+    fn abort(&mut self, ids: impl IntoIterator<Item = RequestId>, reason: AbortReason) -> StepResult {
+        let mut events = Vec::new();
+        for id in ids {
+            if let Some(event) = self.scheduler.abort(&id, reason, Instant::now()) {
+                events.push((id, event));
+            }
         }
-        self.channels.remove(id);
+        StepResult {
+            events,
+            ..self.scheduler.take_pending()
+        }
     }
 }
 
@@ -166,10 +176,9 @@ impl Handler<Abort> for SchedulerActor {
     type Result = ();
 
     fn handle(&mut self, msg: Abort, ctx: &mut Context<Self>) {
-        self.abort(&msg.id, msg.reason);
-        // Gauges and the finished request's stats go out now, not at the next step.
-        let pending = self.scheduler.take_pending();
-        self.publish(pending);
+        // Its final event, the gauges and its stats go out now, not at the next step.
+        let aborted = self.abort([msg.id], msg.reason);
+        self.publish(aborted);
         self.step(ctx);
     }
 }

@@ -11,10 +11,10 @@ use super::SchedulerActor;
 use crate::engine::events::TokenEvent;
 use crate::engine::messages::Generate;
 use crate::engine::sampling_params::SamplingParams;
+use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput};
 use crate::engine::types::{FinishReason, Operation};
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
-use crate::executor::{ExecuteBatch, Executor, ExecutorError, start_executor};
-use crate::scheduler::output::{ModelOutput, SchedulerOutput};
+use crate::executor::{Executor, start_executor};
 use crate::scheduler::policy::{PreemptionMode, Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
 

@@ -1,10 +1,9 @@
 //! The scheduler: a pure policy (`Scheduler`) and its actor shell (`SchedulerActor`).
 
 pub mod actor;
-pub mod output;
+mod in_flight;
 pub mod policy;
 pub mod request;
-mod timing;
 
 pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
 pub use request::NewRequest;

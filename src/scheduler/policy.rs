@@ -7,10 +7,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::output::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use super::request::{NewRequest, Request};
 use crate::engine::events::{EngineError, TokenEvent, TokenUsage};
 use crate::engine::messages::AbortReason;
+use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use crate::engine::types::{FinishReason, RequestId};
 use crate::kv_cache::block_manager::{BlockManager, BlockManagerConfig};
 use crate::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
@@ -129,7 +129,7 @@ impl Scheduler {
     /// (see [`Self::schedule_ahead`]).
     pub fn schedule(&mut self, now: Instant) -> SchedulerOutput {
         debug_assert!(
-            self.running.iter().all(|r| r.num_in_flight == 0),
+            self.running.iter().all(|r| r.in_flight.tokens() == 0),
             "schedule() with a step in flight; use schedule_ahead()"
         );
         let mut out = SchedulerOutput::default();
@@ -171,11 +171,12 @@ impl Scheduler {
     /// Chooses the step after the one the executor is running, while it runs (vLLM's async
     /// scheduling), so the executor starts it the moment the running step ends. A request
     /// whose running step samples a token gets a placeholder for that token
-    /// ([`ScheduledSequence::last_token_pending`](super::output::ScheduledSequence)); one
-    /// whose pending token ends it by length is left out. If that token turns out to end it
-    /// (EOS, a stop string), the look-ahead step's work for it is wasted and its output
-    /// dropped. Returns `None` when the step would need a preemption or a swap-in: that step
-    /// waits for the running one to come back and goes through [`Self::schedule`].
+    /// ([`ScheduledSequence::last_token_pending`]); one whose pending token ends it by
+    /// length is left out. If that token turns out to end it (EOS, a stop string), the
+    /// look-ahead step's work for it is wasted and its output dropped. Returns `None` when
+    /// the step would need a preemption or a swap-in: that step waits for the running one to
+    /// come back and goes through [`Self::schedule`]. The invariants of steps in flight are
+    /// written in `scheduler::in_flight`.
     pub fn schedule_ahead(&mut self, now: Instant) -> Option<SchedulerOutput> {
         if !self.swapped.is_empty() {
             return None;
@@ -217,7 +218,7 @@ impl Scheduler {
     /// or its latest token, possibly one a step in flight has yet to sample. 0 when that
     /// pending token ends the request by length, or when everything is already in flight.
     fn num_to_schedule(&self, request: &Request) -> usize {
-        let pending_ends_it = request.num_pending_samples > 0
+        let pending_ends_it = request.in_flight.samples() > 0
             && (request.num_generated_with_pending() >= request.params.max_tokens as usize
                 || request.len_with_pending() >= self.config.max_model_len);
         if pending_ends_it {
@@ -329,10 +330,7 @@ impl Scheduler {
             },
             prompt_token_ids: params.uses_prompt_tokens().then(|| Arc::clone(&request.prompt)),
         };
-        request.num_in_flight += num_new;
-        if sample {
-            request.num_pending_samples += 1;
-        }
+        request.in_flight.send(num_new, sample);
         sequence
     }
 
@@ -341,7 +339,8 @@ impl Scheduler {
     fn preempt_by_recompute(&mut self, index: usize) {
         let mut request = self.running.remove(index);
         debug_assert_eq!(
-            request.num_in_flight, 0,
+            request.in_flight.tokens(),
+            0,
             "only requests with no step in flight are preempted"
         );
         self.blocks.free(&request.id);
@@ -365,10 +364,7 @@ impl Scheduler {
             let prompt_len = request.prompt.len();
             let start = request.num_computed;
             request.num_computed += seq.token_ids.len();
-            request.num_in_flight -= seq.token_ids.len();
-            if seq.sample {
-                request.num_pending_samples -= 1;
-            }
+            request.in_flight.receive(seq.token_ids.len(), seq.sample);
             iteration.num_prefill_tokens_computed +=
                 (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
             // Only a step that fills a block gives the prefix cache something new to register

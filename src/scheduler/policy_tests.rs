@@ -11,11 +11,11 @@ use super::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::AbortReason;
 use crate::engine::sampling_params::SamplingParams;
+use crate::engine::step::SchedulerOutput;
 use crate::engine::types::{FinishReason, Operation};
 use crate::executor::Executor;
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
 use crate::executor::previous_samples::PreviousSamples;
-use crate::scheduler::output::SchedulerOutput;
 use crate::scheduler::request::NewRequest;
 
 const EOS: u32 = 999;

@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::in_flight::InFlight;
+use crate::engine::intervals::RequestTimestamps;
 use crate::engine::sampling_params::SamplingParams;
-use crate::engine::types::{Operation, RequestId, RequestTimestamps};
+use crate::engine::types::{Operation, RequestId};
 
 /// A request as handed to [`Scheduler::add`](super::Scheduler::add).
 #[derive(Debug, Clone)]
@@ -27,11 +29,8 @@ pub(crate) struct Request {
     pub timestamps: RequestTimestamps,
     /// Tokens whose K/V are in the cache (0 again after a recompute preemption).
     pub num_computed: usize,
-    /// Tokens in steps sent to the executor that have not come back yet.
-    pub num_in_flight: usize,
-    /// Tokens those steps will sample: not known yet, so a step scheduled ahead feeds the
-    /// executor a placeholder for them.
-    pub num_pending_samples: usize,
+    /// Its part in the steps sent to the executor and not back yet (async scheduling).
+    pub in_flight: InFlight,
     /// Whether `prompt_tokens_total` has counted this request (once, at its first token).
     pub prefill_counted: bool,
 }
@@ -48,8 +47,7 @@ impl Request {
             operation: new.operation,
             timestamps,
             num_computed: 0,
-            num_in_flight: 0,
-            num_pending_samples: 0,
+            in_flight: InFlight::default(),
             prefill_counted: false,
         }
     }
@@ -61,17 +59,17 @@ impl Request {
 
     /// Tokens computed or on their way: where the next step starts.
     pub fn num_scheduled(&self) -> usize {
-        self.num_computed + self.num_in_flight
+        self.num_computed + self.in_flight.tokens()
     }
 
     /// Prompt, generated and still-to-be-sampled tokens.
     pub fn len_with_pending(&self) -> usize {
-        self.total_len() + self.num_pending_samples
+        self.total_len() + self.in_flight.samples()
     }
 
     /// Generated tokens, counting the ones steps in flight will sample.
     pub fn num_generated_with_pending(&self) -> usize {
-        self.output.len() + self.num_pending_samples
+        self.output.len() + self.in_flight.samples()
     }
 
     /// Tokens `start .. start + len` of prompt ++ output.

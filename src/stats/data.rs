@@ -1,6 +1,7 @@
 //! Stats as plain data: produced by the scheduler each step, recorded by the `StatsActor`.
 //! Nothing here touches a metrics API.
 
+use crate::engine::intervals::RequestIntervals;
 use crate::engine::types::{FinishReason, Operation};
 
 /// A snapshot of the scheduler's state after one step (gauges).
@@ -53,16 +54,4 @@ pub struct FinishedRequestStats {
     pub max_tokens: u64,
     pub n: u64,
     pub intervals: RequestIntervals,
-}
-
-/// Request intervals in seconds; `None` when an endpoint of the interval never happened.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct RequestIntervals {
-    pub e2e_s: f64,
-    pub queue_s: Option<f64>,
-    pub time_to_first_token_s: Option<f64>,
-    pub prefill_s: Option<f64>,
-    pub decode_s: Option<f64>,
-    pub inference_s: Option<f64>,
-    pub time_per_output_token_s: Option<f64>,
 }

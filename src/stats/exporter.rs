@@ -261,8 +261,9 @@ impl MetricReader for BoxedReader {
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;
+    use crate::engine::intervals::RequestIntervals;
     use crate::engine::types::{FinishReason, Operation};
-    use crate::stats::data::{FinishedRequestStats, RequestIntervals};
+    use crate::stats::data::FinishedRequestStats;
 
     pub(crate) fn config(prefix: &str) -> TelemetryConfig {
         TelemetryConfig {

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::kernels::GgmlType;
+use crate::model::gguf::GgufValue;
 use crate::model::gguf::GgufWriter;
-use crate::model::gguf::{GgmlType, GgufValue};
 use crate::model::tokenizer::tiny_test_vocab;
 
 /// ChatML, as SmolLM2 ships it (with its default system prompt).

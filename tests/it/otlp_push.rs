@@ -23,9 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Actor as _;
+use kiln::engine::intervals::RequestIntervals;
 use kiln::engine::types::{FinishReason, Operation};
 use kiln::stats::actor::{RecordHttp, RecordStep, StatsActor, StatsActorConfig};
-use kiln::stats::data::{FinishedRequestStats, IterationStats, RequestIntervals, SchedulerStats};
+use kiln::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
 use kiln::stats::exporter::{Telemetry, TelemetryConfig, build_telemetry_with_readers};
 use kiln::stats::instruments::Instruments;
 use kiln::stats::otlp::{OtlpConfig, OtlpProtocol, OtlpTemporality, build_otlp_reader, metrics_endpoint_from_base};

@@ -7,7 +7,7 @@
 //!   high nibble; `x = (q - 8) * d`.
 //! - Q4_1: `f16 d`, `f16 m`, `u8 qs[16]` (nibbles as Q4_0); `x = q * d + m`.
 
-use super::GgmlType;
+use crate::kernels::GgmlType;
 use half::{bf16, f16};
 
 /// Why a byte buffer could not be turned into f32s.

@@ -17,10 +17,12 @@ mod writer;
 
 pub use dequant::{DequantError, dequantize, quantize};
 pub use reader::{GgufFile, GgufTensor, GgufTensorInfo};
-pub use types::{GgmlType, GgufValue, GgufValueType};
+pub use types::{GgufValue, GgufValueType};
 pub use writer::GgufWriter;
 
 use std::path::PathBuf;
+
+use crate::kernels::GgmlType;
 
 /// Default data alignment when `general.alignment` is absent (llama.cpp's `GGUF_DEFAULT_ALIGNMENT`).
 pub const DEFAULT_ALIGNMENT: u64 = 32;

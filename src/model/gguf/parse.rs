@@ -4,8 +4,9 @@
 
 use super::dequant::byte_size;
 use super::reader::GgufTensorInfo;
-use super::types::{GgmlType, GgufValue, GgufValueType};
+use super::types::{GgufValue, GgufValueType};
 use super::{DEFAULT_ALIGNMENT, GgufError};
+use crate::kernels::GgmlType;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 

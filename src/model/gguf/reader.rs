@@ -3,7 +3,8 @@
 use super::GgufError;
 use super::dequant::{DequantError, dequantize};
 use super::parse::parse_header;
-use super::types::{GgmlType, GgufValue};
+use super::types::GgufValue;
+use crate::kernels::GgmlType;
 use memmap2::Mmap;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;

@@ -3,7 +3,8 @@
 
 use super::DEFAULT_ALIGNMENT;
 use super::dequant::{byte_size, quantize};
-use super::types::{GgmlType, GgufValue, GgufValueType};
+use super::types::{GgufValue, GgufValueType};
+use crate::kernels::GgmlType;
 use std::io::{self, Write};
 use std::path::Path;
 

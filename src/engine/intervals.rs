@@ -1,9 +1,33 @@
-//! Request intervals: one function, METRICS.md's definitions, one comment per interval.
+//! One monotonic clock per request: its timestamps, and every interval derived from them in
+//! one function (METRICS.md's definitions, one comment per interval).
 
 use std::time::Instant;
 
-use crate::engine::types::RequestTimestamps;
-use crate::stats::data::RequestIntervals;
+/// Monotonic timestamps of one request, all from `Instant` (one clock).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTimestamps {
+    /// The API parsed the request.
+    pub arrival: Instant,
+    /// The scheduler accepted it.
+    pub queued: Option<Instant>,
+    /// First included in a batch.
+    pub scheduled: Option<Instant>,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub finished: Option<Instant>,
+}
+
+/// Request intervals in seconds; `None` when an endpoint of the interval never happened.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestIntervals {
+    pub e2e_s: f64,
+    pub queue_s: Option<f64>,
+    pub time_to_first_token_s: Option<f64>,
+    pub prefill_s: Option<f64>,
+    pub decode_s: Option<f64>,
+    pub inference_s: Option<f64>,
+    pub time_per_output_token_s: Option<f64>,
+}
 
 fn secs(later: Instant, earlier: Instant) -> f64 {
     later.saturating_duration_since(earlier).as_secs_f64()

@@ -1,6 +1,9 @@
-//! What the scheduler asks the executor to run, and what comes back.
+//! One engine step as the messages between the scheduler and the executor actors: the batch
+//! the scheduler asks for, what comes back, and how it can fail.
 
 use std::sync::Arc;
+
+use actix::Message;
 
 use crate::engine::events::TokenLogprobs;
 use crate::engine::sampling_params::SamplingParams;
@@ -68,4 +71,20 @@ pub struct SampledToken {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelOutput {
     pub sampled: Vec<Option<SampledToken>>,
+}
+
+/// Run one step.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ModelOutput, ExecutorError>")]
+pub struct ExecuteBatch {
+    pub batch: Arc<SchedulerOutput>,
+}
+
+/// Why a step produced no output.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("the executor panicked: {0}")]
+    Panicked(String),
+    #[error("the executor failed: {0}")]
+    Failed(String),
 }
