@@ -274,16 +274,21 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         _telemetry: Arc::clone(&telemetry),
     });
     let body_limit = config.server.max_request_body_bytes;
+    let body_timeout = web::Data::new(crate::api::body_deadline::BodyTimeout(Duration::from_secs_f64(
+        config.server.request_body_timeout_s,
+    )));
     let stats_for_http = stats.clone();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
+            .app_data(body_timeout.clone())
             .configure(api::routes)
             .wrap(actix_web::middleware::from_fn(
                 crate::api::load_header::endpoint_load_metrics,
             ))
+            .wrap(actix_web::middleware::from_fn(crate::api::body_deadline::body_deadline))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
     })
@@ -292,6 +297,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
     // drops the handler, whose choices abort in the engine. Otherwise a non-streaming
     // request whose client left would run to its end, holding its KV blocks.
     .h1_allow_half_closed(false)
+    .client_request_timeout(Duration::from_secs_f64(config.server.request_head_timeout_s))
     .bind((config.server.host.as_str(), config.server.port))
     .with_context(|| format!("binding {}:{}", config.server.host, config.server.port))?;
     let addr = server.addrs().first().copied().context("no bound address")?;

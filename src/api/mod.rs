@@ -1,5 +1,6 @@
 //! The HTTP api: thin actix-web handlers over the engine's messages.
 
+pub mod body_deadline;
 pub mod chat;
 pub mod completions;
 pub mod detokenizer;

@@ -34,6 +34,10 @@ pub struct ServerConfig {
     pub max_request_body_bytes: usize,
     /// Add a `metrics` object (queue, TTFT, decode, ITL, tokens/s) to every response.
     pub enable_per_request_metrics: bool,
+    /// Seconds a client may take to send a request's head; then 408 and the connection closes.
+    pub request_head_timeout_s: f64,
+    /// Seconds a client may take to send a request's body once the head is in; then 408.
+    pub request_body_timeout_s: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -116,6 +120,8 @@ impl Default for ServerConfig {
             served_model_name: String::new(),
             max_request_body_bytes: 1 << 20,
             enable_per_request_metrics: false,
+            request_head_timeout_s: 5.0,
+            request_body_timeout_s: 30.0,
         }
     }
 }
@@ -206,6 +212,14 @@ impl Config {
             .map_err(|err| invalid("server.host", err.to_string()))?;
         if self.server.max_request_body_bytes < 1024 {
             return Err(invalid("server.max_request_body_bytes", "must be at least 1024"));
+        }
+        for (key, value) in [
+            ("server.request_head_timeout_s", self.server.request_head_timeout_s),
+            ("server.request_body_timeout_s", self.server.request_body_timeout_s),
+        ] {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(invalid(key, "must be a positive number of seconds"));
+            }
         }
         if !(1..=1024).contains(&e.block_size) || !e.block_size.is_power_of_two() {
             return Err(invalid(
