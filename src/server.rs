@@ -19,6 +19,7 @@ use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::ChatTemplate;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::{ModelFiles, open_model};
+use crate::model::tokenizer::token_id_bound;
 use crate::model::weights::{LoadOptions, build_llama};
 use crate::model::{Backend, default_device};
 use crate::scheduler::actor::SchedulerActor;
@@ -119,7 +120,8 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     } else {
         config.server.served_model_name.clone()
     };
-    let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks);
+    let executor =
+        ModelRunner::new(llama, geometry, sizing.num_cpu_blocks).sampling_only_below(token_id_bound(&files.tokenizer));
     prepare_engine(config, files, served_name, executor)
 }
 
@@ -190,6 +192,7 @@ pub fn prepare_engine<E: Executor>(
     }
     let max_model_len = context.max_model_len;
     let special = &files.special_tokens;
+    let id_bound = token_id_bound(&files.tokenizer);
     let token_text = |id: Option<u32>| id.and_then(|id| files.tokenizer.id_to_token(id)).unwrap_or_default();
     let chat_template = ChatTemplate::new(
         files
@@ -206,6 +209,7 @@ pub fn prepare_engine<E: Executor>(
             tokenizer: Arc::new(files.tokenizer),
             chat_template: Arc::new(chat_template),
             max_model_len,
+            token_id_bound: id_bound,
             created,
         },
         executor,

@@ -39,6 +39,8 @@ pub struct ServedModel {
     pub tokenizer: Arc<Tokenizer>,
     pub chat_template: Arc<ChatTemplate>,
     pub max_model_len: usize,
+    /// One past the tokenizer's largest id: prompt token ids must be below it.
+    pub token_id_bound: usize,
     /// Unix seconds, for `/v1/models`.
     pub created: u64,
 }

@@ -16,3 +16,4 @@ mod scheduler_pressure;
 mod slow_clients;
 mod telemetry;
 mod telemetry_external;
+mod vocabulary;
