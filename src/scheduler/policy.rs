@@ -335,6 +335,7 @@ impl Scheduler {
             block_table: blocks.block_table(&request.id).to_vec(),
             sample,
             params: Arc::clone(params),
+            seed: request.seed,
             num_generated: request.num_generated_with_pending(),
             output_token_ids: if params.uses_output_tokens() {
                 request.output.clone()

@@ -246,7 +246,7 @@ fn run_long_request_with_a_queue(config: SchedulerConfig) -> (Scheduler, HashMap
     let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
     s.add(request("early", 64, 200), Instant::now()).expect("admitted");
     let mut long = request("long", 16, 600);
-    long.params.ignore_eos = true;
+    std::sync::Arc::make_mut(&mut long.params).ignore_eos = true;
     s.add(long, Instant::now()).expect("admitted");
     for i in 0..4 {
         s.add(request(&format!("queued{i}"), 32, 64), Instant::now())

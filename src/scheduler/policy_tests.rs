@@ -42,7 +42,7 @@ fn eos_stops_unless_ignored() {
     s.add(r, Instant::now()).expect("admitted");
     let mut r = request("ignore", 3, 4);
     r.prompt_token_ids = vec![1, 2, EOS - 1];
-    r.params.ignore_eos = true;
+    std::sync::Arc::make_mut(&mut r.params).ignore_eos = true;
     s.add(r, Instant::now()).expect("admitted");
     let events = run(&mut s, &mut fake);
     assert_eq!(finish_reason(&events["eos"]), FinishReason::Stop);
