@@ -92,7 +92,7 @@ impl Executor for ModelRunner {
                     output_token_ids: &s.output_token_ids,
                     prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
                 };
-                let mut rng = token_rng(s.params.seed, s.num_generated, &mut self.rng);
+                let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
                 Some(sample(row, &ctx, &mut rng))
             })
             .collect();
