@@ -45,8 +45,8 @@ fn padding_rows_of_the_embedding_are_never_sampled() {
     let (mut scheduler, mut executor) = direct_engine(&path, |_| {}).expect("engine");
     for seed in 0..4u64 {
         let mut request = greedy_request(&format!("r{seed}"), vec![5, 6, 7], 64, true);
-        request.params.temperature = 1.0;
-        request.params.seed = Some(seed);
+        std::sync::Arc::make_mut(&mut request.params).temperature = 1.0;
+        request.seed = Some(seed);
         scheduler.add(request, std::time::Instant::now()).expect("admitted");
     }
     let run = run_to_completion(&mut scheduler, &mut executor);
