@@ -32,6 +32,20 @@ use crate::stats::exporter::{
 use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
 
+/// Sets each accepted connection's kernel send buffer, when configured.
+fn send_buffer_setter(bytes: usize) -> impl Fn(&dyn std::any::Any, &mut actix_web::dev::Extensions) + Send + Clone {
+    move |connection, _| {
+        if bytes == 0 {
+            return;
+        }
+        if let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>()
+            && let Err(e) = socket2::SockRef::from(stream).set_send_buffer_size(bytes)
+        {
+            tracing::warn!(error = %e, "could not set a connection's send buffer");
+        }
+    }
+}
+
 /// A model ready to serve: the executor and everything around it.
 pub struct PreparedEngine<E: Executor> {
     pub served: ServedModel,
@@ -275,6 +289,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         registry: telemetry.registry.clone(),
         per_request_metrics: config.server.enable_per_request_metrics,
         limits: config.limits.clone(),
+        stream_stall_timeout: Duration::from_secs_f64(config.server.stream_stall_timeout_s),
         _telemetry: Arc::clone(&telemetry),
     });
     let body_limit = config.server.max_request_body_bytes;
@@ -302,6 +317,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
     // request whose client left would run to its end, holding its KV blocks.
     .h1_allow_half_closed(false)
     .client_request_timeout(Duration::from_secs_f64(config.server.request_head_timeout_s))
+    .on_connect(send_buffer_setter(config.server.send_buffer_bytes))
     .bind((config.server.host.as_str(), config.server.port))
     .with_context(|| format!("binding {}:{}", config.server.host, config.server.port))?;
     let addr = server.addrs().first().copied().context("no bound address")?;

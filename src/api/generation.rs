@@ -218,6 +218,32 @@ impl ChoiceStream {
     }
 }
 
+/// Aborts one choice from outside its stream (the stall watchdog).
+#[derive(Clone)]
+pub struct AbortHandle {
+    id: RequestId,
+    scheduler: Addr<SchedulerActor>,
+}
+
+impl AbortHandle {
+    /// Ends the choice in the engine as `abort`; its stream then ends on its own.
+    pub fn abort(&self) {
+        self.scheduler.do_send(Abort {
+            id: self.id.clone(),
+            reason: AbortReason::ClientGone,
+        });
+    }
+}
+
+impl ChoiceStream {
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            id: self.id.clone(),
+            scheduler: self.scheduler.clone(),
+        }
+    }
+}
+
 impl Drop for ChoiceStream {
     fn drop(&mut self) {
         if !self.finished {

@@ -14,11 +14,12 @@ pub mod pipeline;
 pub mod prompt;
 pub mod routes;
 pub mod sse;
+pub mod stall_watch;
 pub mod stop_strings;
 pub mod validation;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::Addr;
 use tokenizers::Tokenizer;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub per_request_metrics: bool,
     /// What one request may ask for.
     pub limits: LimitsConfig,
+    /// A streaming client that takes no ready chunk for this long is gone.
+    pub stream_stall_timeout: Duration,
     /// Keeps the meter provider (and its exporters) alive as long as the server.
     pub _telemetry: Arc<Telemetry>,
 }

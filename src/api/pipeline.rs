@@ -132,7 +132,13 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
     let choices = plan_choices(&fan_out, prompts, params)?;
     let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices).await?;
     match delivery {
-        Delivery::Stream { include_usage } => Ok(sse_response(choices, prompt_tokens, include_usage, format)),
+        Delivery::Stream { include_usage } => Ok(sse_response(
+            choices,
+            prompt_tokens,
+            include_usage,
+            state.stream_stall_timeout,
+            format,
+        )),
         Delivery::Whole => {
             let (results, completion_tokens) = collect_all(choices).await?;
             Ok(format.response(results, Usage::new(prompt_tokens as u32, completion_tokens as u32)))

@@ -3,6 +3,8 @@
 //! usage chunk, then `[DONE]`. When the client goes away actix drops this stream, which drops
 //! the choices and so aborts them in the engine.
 
+use std::time::Duration;
+
 use actix_web::HttpResponse;
 use bytes::Bytes;
 use futures_util::stream::{self, SelectAll, Stream, StreamExt};
@@ -11,6 +13,7 @@ use serde::Serialize;
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, ChoiceStream};
 use super::openai_types::Usage;
+use super::stall_watch::watch_stalls;
 
 /// The stream terminator OpenAI clients wait for.
 pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
@@ -54,13 +57,16 @@ fn choice_items(choice: ChoiceStream) -> impl Stream<Item = Item> {
     })
 }
 
-/// The SSE response for `choices`; `prompt_tokens` counts each prompt once.
+/// The SSE response for `choices`; `prompt_tokens` counts each prompt once. A client that
+/// stops taking chunks for `stall_timeout` is taken as gone (see [`watch_stalls`]).
 pub fn sse_response<F: ChunkFormat>(
     choices: Vec<ChoiceStream>,
     prompt_tokens: usize,
     include_usage: bool,
+    stall_timeout: Duration,
     mut format: F,
 ) -> HttpResponse {
+    let handles = choices.iter().map(ChoiceStream::abort_handle).collect();
     let opening: Vec<Result<Bytes, actix_web::Error>> =
         choices.iter().filter_map(|c| format.opening(c.index)).map(Ok).collect();
     let merged: SelectAll<_> = stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
@@ -99,7 +105,11 @@ pub fn sse_response<F: ChunkFormat>(
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("Cache-Control", "no-cache"))
-        .streaming(stream::iter(opening).chain(body))
+        .streaming(watch_stalls(
+            Box::pin(stream::iter(opening).chain(body)),
+            handles,
+            stall_timeout,
+        ))
 }
 
 #[cfg(test)]

@@ -90,6 +90,12 @@ pub struct ServeArgs {
     /// Seconds a client may take to send a request's body (then 408).
     #[arg(long, env = "KILN_REQUEST_BODY_TIMEOUT")]
     pub request_body_timeout: Option<f64>,
+    /// Seconds a streaming client may stop reading before its request is aborted.
+    #[arg(long, env = "KILN_STREAM_STALL_TIMEOUT")]
+    pub stream_stall_timeout: Option<f64>,
+    /// Kernel send buffer of each client connection in bytes (0: kernel autotuning).
+    #[arg(long, env = "KILN_SEND_BUFFER_BYTES")]
+    pub send_buffer_bytes: Option<usize>,
     /// Most sequences one body may start (prompts × n).
     #[arg(long, env = "KILN_MAX_CHOICES_PER_REQUEST")]
     pub max_choices_per_request: Option<usize>,
@@ -162,6 +168,8 @@ impl ServeArgs {
         set(&mut c.server.max_request_body_bytes, &self.max_request_body_bytes);
         set(&mut c.server.request_head_timeout_s, &self.request_head_timeout);
         set(&mut c.server.request_body_timeout_s, &self.request_body_timeout);
+        set(&mut c.server.stream_stall_timeout_s, &self.stream_stall_timeout);
+        set(&mut c.server.send_buffer_bytes, &self.send_buffer_bytes);
         set(&mut c.limits.max_choices_per_request, &self.max_choices_per_request);
         set(&mut c.limits.max_stop_bytes, &self.max_stop_bytes);
         set(&mut c.limits.max_stop_token_ids, &self.max_stop_token_ids);

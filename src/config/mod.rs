@@ -38,6 +38,11 @@ pub struct ServerConfig {
     pub request_head_timeout_s: f64,
     /// Seconds a client may take to send a request's body once the head is in; then 408.
     pub request_body_timeout_s: f64,
+    /// Seconds a streaming client may leave a ready chunk untaken before its request is aborted.
+    pub stream_stall_timeout_s: f64,
+    /// Kernel send buffer of each client connection in bytes (0: the kernel's autotuning, up
+    /// to its `tcp_wmem` maximum). Bounds what a client that stops reading can pile up.
+    pub send_buffer_bytes: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -122,6 +127,8 @@ impl Default for ServerConfig {
             enable_per_request_metrics: false,
             request_head_timeout_s: 5.0,
             request_body_timeout_s: 30.0,
+            stream_stall_timeout_s: 30.0,
+            send_buffer_bytes: 0,
         }
     }
 }
@@ -216,6 +223,7 @@ impl Config {
         for (key, value) in [
             ("server.request_head_timeout_s", self.server.request_head_timeout_s),
             ("server.request_body_timeout_s", self.server.request_body_timeout_s),
+            ("server.stream_stall_timeout_s", self.server.stream_stall_timeout_s),
         ] {
             if !(value > 0.0 && value.is_finite()) {
                 return Err(invalid(key, "must be a positive number of seconds"));

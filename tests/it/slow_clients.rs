@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::json;
 
-use crate::common::start_fake;
+use crate::common::{metric_value, scrape_until, start_fake};
 
 const HEAD_TIMEOUT_S: f64 = 2.0;
 
@@ -86,4 +86,40 @@ fn a_body_that_never_finishes_gets_408() {
     // The server still serves.
     let (status, body) = t.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 2}));
     assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_streaming_client_that_stops_reading_is_aborted_after_the_stall_timeout() {
+    // 16 choices × 240 tokens of ~180-byte chunks (≈ 700 kB) over a 2 kB receive window and a
+    // 16 kB send buffer: the sockets and actix's write buffer fill long before the 2.4 s of
+    // generation end.
+    let slow = FakeBehaviour {
+        step_delay: Duration::from_millis(10),
+        ..Default::default()
+    };
+    let t = start_fake(slow, |c| {
+        c.server.stream_stall_timeout_s = 0.5;
+        c.server.send_buffer_bytes = 16 * 1024;
+    });
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_recv_buffer_size(2048).expect("small receive buffer");
+    socket.connect(&t.server.addr.into()).expect("connect");
+    let mut socket: TcpStream = socket.into();
+    let body = json!({"prompt": "x", "n": 16, "max_tokens": 240, "ignore_eos": true, "stream": true}).to_string();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        t.server.addr,
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).expect("head");
+    socket.write_all(body.as_bytes()).expect("body");
+    // Never read. The engine must let go of the request and count it as aborted, not finished.
+    t.wait_for_load(|l| l["running"] == 0 && l["waiting"] == 0 && l["kv_cache_usage"] == 0.0);
+    let reason = |m: &str, r: &str| {
+        metric_value(m, "vllm:request_success_total", &format!("finished_reason=\"{r}\"")).unwrap_or(0.0)
+    };
+    let metrics = scrape_until(&t, |m| reason(m, "abort") + reason(m, "length") >= 16.0);
+    assert_eq!(reason(&metrics, "abort"), 16.0, "every choice aborted:\n{metrics}");
+    assert_eq!(reason(&metrics, "length"), 0.0, "none ran to its end");
+    drop(socket);
 }
