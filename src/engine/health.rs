@@ -180,7 +180,10 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(h.step_running_for(t0), None);
         h.step_started(t0);
-        assert_eq!(h.step_running_for(t0 + Duration::from_secs(3)), Some(Duration::from_secs(3)));
+        assert_eq!(
+            h.step_running_for(t0 + Duration::from_secs(3)),
+            Some(Duration::from_secs(3))
+        );
         h.step_finished();
         assert_eq!(h.step_running_for(t0), None);
     }

@@ -17,7 +17,7 @@ fn batch(token: u32) -> ExecuteBatch {
     ExecuteBatch {
         batch: Arc::new(SchedulerOutput {
             sequences: vec![ScheduledSequence {
-                id: format!("r{token}").into(),
+                id: format!("r{token}"),
                 token_ids: vec![1, token],
                 last_token_pending: false,
                 start_position: 0,
@@ -106,7 +106,10 @@ async fn restarts_without_a_successful_step_in_between_are_limited() {
         assert_eq!(executor.send(batch(POISON)).await.unwrap(), expected);
     }
     assert!(!health.is_alive());
-    assert_eq!(executor.send(batch(2)).await.unwrap(), Err(ExecutorError::Dead { restarts: 0 }));
+    assert_eq!(
+        executor.send(batch(2)).await.unwrap(),
+        Err(ExecutorError::Dead { restarts: 0 })
+    );
 }
 
 #[actix::test]

@@ -90,7 +90,10 @@ impl Executor for FakeExecutor {
 
     fn checkpoint(&mut self, stage: StepStage, batch: &SchedulerOutput) {
         // A panic inside `execute` comes from `execute` itself.
-        if stage != StepStage::Execute && stage == self.behaviour.panic_stage && runs(batch, self.behaviour.panic_on_token) {
+        if stage != StepStage::Execute
+            && stage == self.behaviour.panic_stage
+            && runs(batch, self.behaviour.panic_on_token)
+        {
             panic!("fake executor told to panic at {stage:?}");
         }
     }

@@ -222,7 +222,10 @@ impl Handler<AbortAll> for SchedulerActor {
         }
         let count = aborted.events.len();
         if count > 0 {
-            tracing::warn!(requests = count, "shutdown grace period over; aborting the requests left");
+            tracing::warn!(
+                requests = count,
+                "shutdown grace period over; aborting the requests left"
+            );
         }
         self.publish(aborted);
         count

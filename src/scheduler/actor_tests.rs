@@ -9,13 +9,13 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use super::SchedulerActor;
 use crate::engine::events::TokenEvent;
+use crate::engine::health::EngineHealth;
 use crate::engine::messages::Generate;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput};
 use crate::engine::types::{FinishReason, Operation};
-use crate::executor::fake::{FakeBehaviour, FakeExecutor};
-use crate::engine::health::EngineHealth;
 use crate::executor::actor::Supervision;
+use crate::executor::fake::{FakeBehaviour, FakeExecutor};
 use crate::executor::{Executor, start_executor};
 use crate::scheduler::policy::{PreemptionMode, Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};

@@ -139,7 +139,9 @@ fn start_long_stream(kiln: &Kiln) -> thread::JoinHandle<Vec<String>> {
         let _ = first_tx.send(());
         events
     });
-    first_rx.recv_timeout(Duration::from_secs(60)).expect("the stream starts");
+    first_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stream starts");
     handle
 }
 

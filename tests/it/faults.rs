@@ -34,7 +34,10 @@ fn assert_internal_error(status: u16, body: &Value) {
     assert_eq!(body["error"]["type"], "server_error", "{body}");
     let message = body["error"]["message"].as_str().expect("a message");
     assert!(message.contains("internal error"), "{message}");
-    assert!(!message.contains("panic") && !message.contains("fake executor"), "{message}");
+    assert!(
+        !message.contains("panic") && !message.contains("fake executor"),
+        "{message}"
+    );
 }
 
 fn status_of(t: &Tiny, path: &str) -> u16 {
@@ -147,7 +150,12 @@ fn exhausted_restarts_make_the_engine_dead_and_health_503() {
     // Both resets panic: the restarts run out within the first failure.
     let (status, body) = complete(&t, &[1, POISON, 3]);
     assert_internal_error(status, &body);
-    assert!(body["error"]["message"].as_str().unwrap().contains("could not be restarted"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be restarted")
+    );
     assert_eq!(status_of(&t, "/health"), 503);
     assert_eq!(status_of(&t, "/ready"), 503);
     let (status, body) = complete(&t, &[1, 2, 3]);
