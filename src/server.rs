@@ -22,6 +22,7 @@ use crate::lifecycle::{ABORT_FLUSH, Drain, drain_on_signal, spawn_step_watchdog}
 use crate::model::chat_template::ChatTemplate;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::{ModelFiles, open_model};
+use crate::model::tokenizer::token_id_bound;
 use crate::model::weights::{LoadOptions, build_llama};
 use crate::model::{Backend, default_device};
 use crate::scheduler::actor::SchedulerActor;
@@ -146,7 +147,8 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     } else {
         config.server.served_model_name.clone()
     };
-    let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks);
+    let executor =
+        ModelRunner::new(llama, geometry, sizing.num_cpu_blocks).sampling_only_below(token_id_bound(&files.tokenizer));
     prepare_engine(config, files, served_name, executor)
 }
 
@@ -217,6 +219,7 @@ pub fn prepare_engine<E: Executor>(
     }
     let max_model_len = context.max_model_len;
     let special = &files.special_tokens;
+    let id_bound = token_id_bound(&files.tokenizer);
     let token_text = |id: Option<u32>| id.and_then(|id| files.tokenizer.id_to_token(id)).unwrap_or_default();
     let chat_template = ChatTemplate::new(
         files
@@ -233,6 +236,7 @@ pub fn prepare_engine<E: Executor>(
             tokenizer: Arc::new(files.tokenizer),
             chat_template: Arc::new(chat_template),
             max_model_len,
+            token_id_bound: id_bound,
             created,
         },
         executor,
@@ -309,6 +313,9 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         _telemetry: Arc::clone(&telemetry),
     });
     let body_limit = config.server.max_request_body_bytes;
+    let body_timeout = web::Data::new(crate::api::body_deadline::BodyTimeout(Duration::from_secs_f64(
+        config.server.request_body_timeout_s,
+    )));
     let stats_for_http = stats.clone();
     let health_data = web::Data::from(health.clone());
     // Draining outlasts the grace period by the time the aborted requests' errors need.
@@ -319,10 +326,12 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
             .app_data(health_data.clone())
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
+            .app_data(body_timeout.clone())
             .configure(api::routes)
             .wrap(actix_web::middleware::from_fn(
                 crate::api::load_header::endpoint_load_metrics,
             ))
+            .wrap(actix_web::middleware::from_fn(crate::api::body_deadline::body_deadline))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
     })
@@ -335,6 +344,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
     // drops the handler, whose choices abort in the engine. Otherwise a non-streaming
     // request whose client left would run to its end, holding its KV blocks.
     .h1_allow_half_closed(false)
+    .client_request_timeout(Duration::from_secs_f64(config.server.request_head_timeout_s))
     .bind((config.server.host.as_str(), config.server.port))
     .with_context(|| format!("binding {}:{}", config.server.host, config.server.port))?;
     let addr = server.addrs().first().copied().context("no bound address")?;

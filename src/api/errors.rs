@@ -4,6 +4,7 @@
 //! response through [`ResponseError`], so the status code, the OpenAI error
 //! body and the metrics label (`error_type`) can never disagree.
 
+use super::body_deadline::is_body_timeout;
 use actix_web::error::{JsonPayloadError, PayloadError};
 use actix_web::http::StatusCode;
 use actix_web::http::header::RETRY_AFTER;
@@ -57,6 +58,9 @@ pub enum ApiError {
     /// The server is starting or shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// The client sent its request too slowly.
+    #[error("{0}")]
+    RequestTimeout(String),
 }
 
 /// Prompt plus completion tokens, widened so `u32::MAX` ("up to the context")
@@ -107,7 +111,8 @@ impl ApiError {
             | ApiError::MalformedJson(_)
             | ApiError::PayloadTooLarge { .. }
             | ApiError::ContextLengthExceeded { .. }
-            | ApiError::MethodNotAllowed { .. } => "invalid_request_error",
+            | ApiError::MethodNotAllowed { .. }
+            | ApiError::RequestTimeout(_) => "invalid_request_error",
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => "not_found_error",
             ApiError::Overloaded { .. } => "rate_limit_exceeded",
             ApiError::EngineError(_) => "server_error",
@@ -177,6 +182,9 @@ impl ApiError {
                     _ => ApiError::MalformedJson(format!("invalid JSON body: {message}")),
                 }
             }
+            JsonPayloadError::Payload(e) if is_body_timeout(e) => {
+                ApiError::RequestTimeout(format!("{e}; send the body faster or in one piece"))
+            }
             JsonPayloadError::Payload(e) => ApiError::MalformedJson(format!("could not read the request body: {e}")),
             // Only produced when serializing a response; unreachable from the
             // extractor, but mapped rather than panicking.
@@ -206,6 +214,7 @@ impl ResponseError for ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
@@ -322,6 +331,7 @@ mod tests {
             ),
             (ApiError::EngineError("e".into()), 500, "server_error"),
             (ApiError::Unavailable("u".into()), 503, "service_unavailable"),
+            (ApiError::RequestTimeout("t".into()), 408, "invalid_request_error"),
         ];
         for (err, status, kind) in cases {
             assert_eq!(err.status_code().as_u16(), status, "{err:?}");

@@ -28,7 +28,9 @@ pub struct FanOut<'a> {
     pub params: ParamNames,
 }
 
-/// `n` choices per prompt, numbered prompt-major as OpenAI numbers them.
+/// `n` choices per prompt, numbered prompt-major as OpenAI numbers them. The choices share
+/// one `Arc` of the params (a prompt whose fitted `max_tokens` differs gets its own); only
+/// the seed is per choice.
 pub fn plan_choices(
     fan_out: &FanOut<'_>,
     prompts: Vec<Vec<u32>>,
@@ -36,19 +38,23 @@ pub fn plan_choices(
 ) -> Result<Vec<ChoiceRequest>, ApiError> {
     let n = params.n.max(1);
     let mut choices = Vec::with_capacity(prompts.len() * n as usize);
+    let body = Arc::new(params);
+    let mut shared = Arc::clone(&body);
     for (p, prompt) in prompts.into_iter().enumerate() {
-        let mut base = params.clone();
-        fit_to_context(prompt.len(), &mut base, fan_out.max_model_len, fan_out.params)?;
+        let mut fitted = (*body).clone();
+        fit_to_context(prompt.len(), &mut fitted, fan_out.max_model_len, fan_out.params)?;
+        if fitted != *shared {
+            shared = Arc::new(fitted);
+        }
         for c in 0..n {
             let index = p as u32 * n + c;
-            let mut params = base.clone();
-            // Seeded choices stay reproducible yet differ from each other.
-            params.seed = base.seed.map(|s| s.wrapping_add(u64::from(c)));
             choices.push(ChoiceRequest {
                 id: format!("{}-{index}", fan_out.id),
                 index,
                 prompt: prompt.clone(),
-                params,
+                params: Arc::clone(&shared),
+                // Seeded choices stay reproducible yet differ from each other.
+                seed: shared.seed.map(|s| s.wrapping_add(u64::from(c))),
                 operation: fan_out.operation,
                 arrival: fan_out.arrival,
             });
@@ -105,8 +111,13 @@ mod tests {
         assert_eq!(plan.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
         assert_eq!(plan[2].prompt, [1, 2]);
         assert_eq!(plan[3].prompt, [3]);
-        let seeds: Vec<Option<u64>> = plan.iter().map(|c| c.params.seed).collect();
+        let seeds: Vec<Option<u64>> = plan.iter().map(|c| c.seed).collect();
         assert_eq!(seeds, [Some(7), Some(8), Some(9), Some(7), Some(8), Some(9)]);
+        assert!(
+            plan.iter().all(|c| Arc::ptr_eq(&c.params, &plan[0].params)),
+            "one copy of the params for the whole body"
+        );
+        assert_eq!(plan[0].params.seed, Some(7), "the shared params keep the body's seed");
     }
 
     #[test]
@@ -118,6 +129,20 @@ mod tests {
         let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
         assert_eq!(plan[0].params.max_tokens, 6);
         assert_eq!(plan[1].params.max_tokens, 3);
+    }
+
+    #[test]
+    fn the_choices_of_one_prompt_share_its_fitted_params() {
+        let params = SamplingParams {
+            max_tokens: u32::MAX,
+            n: 2,
+            ..Default::default()
+        };
+        let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
+        assert!(Arc::ptr_eq(&plan[0].params, &plan[1].params));
+        assert!(Arc::ptr_eq(&plan[2].params, &plan[3].params));
+        assert!(!Arc::ptr_eq(&plan[1].params, &plan[2].params), "fitted differently");
+        assert_eq!(plan.iter().map(|c| c.seed).collect::<Vec<_>>(), [None; 4]);
     }
 
     #[test]

@@ -73,7 +73,10 @@ pub struct ChoiceRequest {
     pub id: RequestId,
     pub index: u32,
     pub prompt: Vec<u32>,
-    pub params: SamplingParams,
+    /// Shared by the choices of one body (one copy per distinct fitted `max_tokens`).
+    pub params: Arc<SamplingParams>,
+    /// This choice's seed: the body's plus the choice's number.
+    pub seed: Option<u64>,
     pub operation: Operation,
     pub arrival: Instant,
 }
@@ -93,6 +96,7 @@ impl ChoiceStream {
             id: request.id.clone(),
             prompt_token_ids: request.prompt,
             params: request.params,
+            seed: request.seed,
             operation: request.operation,
             arrival: request.arrival,
             events: tx,

@@ -1,5 +1,6 @@
 //! The HTTP api: thin actix-web handlers over the engine's messages.
 
+pub mod body_deadline;
 pub mod chat;
 pub mod completions;
 pub mod detokenizer;
@@ -38,6 +39,8 @@ pub struct ServedModel {
     pub tokenizer: Arc<Tokenizer>,
     pub chat_template: Arc<ChatTemplate>,
     pub max_model_len: usize,
+    /// One past the tokenizer's largest id: prompt token ids must be below it.
+    pub token_id_bound: usize,
     /// Unix seconds, for `/v1/models`.
     pub created: u64,
 }

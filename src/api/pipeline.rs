@@ -118,9 +118,8 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
     let id = head.id.clone();
     let format = E::format(&request, head);
     let prompts = E::prompts(request, &state.model).await?;
-    let vocab_size = state.model.tokenizer.get_vocab_size(true);
     for ids in &prompts {
-        check_prompt(ids, vocab_size, E::PROMPT_PARAM)?;
+        check_prompt(ids, state.model.token_id_bound, E::PROMPT_PARAM)?;
     }
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let fan_out = FanOut {

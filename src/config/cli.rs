@@ -84,6 +84,12 @@ pub struct ServeArgs {
     pub async_scheduling: Option<bool>,
     #[arg(long, env = "KILN_MAX_REQUEST_BODY_BYTES")]
     pub max_request_body_bytes: Option<usize>,
+    /// Seconds a client may take to send a request's head (then 408).
+    #[arg(long, env = "KILN_REQUEST_HEAD_TIMEOUT")]
+    pub request_head_timeout: Option<f64>,
+    /// Seconds a client may take to send a request's body (then 408).
+    #[arg(long, env = "KILN_REQUEST_BODY_TIMEOUT")]
+    pub request_body_timeout: Option<f64>,
     /// Most sequences one body may start (prompts × n).
     #[arg(long, env = "KILN_MAX_CHOICES_PER_REQUEST")]
     pub max_choices_per_request: Option<usize>,
@@ -166,6 +172,8 @@ impl ServeArgs {
         set(&mut c.server.shutdown_grace_period_s, &self.shutdown_grace_period);
         set(&mut c.engine.max_engine_restarts, &self.max_engine_restarts);
         set(&mut c.engine.step_timeout_s, &self.step_timeout);
+        set(&mut c.server.request_head_timeout_s, &self.request_head_timeout);
+        set(&mut c.server.request_body_timeout_s, &self.request_body_timeout);
         set(&mut c.limits.max_choices_per_request, &self.max_choices_per_request);
         set(&mut c.limits.max_stop_bytes, &self.max_stop_bytes);
         set(&mut c.limits.max_stop_token_ids, &self.max_stop_token_ids);

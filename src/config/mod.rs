@@ -36,6 +36,10 @@ pub struct ServerConfig {
     pub enable_per_request_metrics: bool,
     /// Seconds running requests get to finish after SIGTERM/SIGINT; the rest are aborted.
     pub shutdown_grace_period_s: f64,
+    /// Seconds a client may take to send a request's head; then 408 and the connection closes.
+    pub request_head_timeout_s: f64,
+    /// Seconds a client may take to send a request's body once the head is in; then 408.
+    pub request_body_timeout_s: f64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -125,6 +129,8 @@ impl Default for ServerConfig {
             max_request_body_bytes: 1 << 20,
             enable_per_request_metrics: false,
             shutdown_grace_period_s: 30.0,
+            request_head_timeout_s: 5.0,
+            request_body_timeout_s: 30.0,
         }
     }
 }
@@ -217,6 +223,14 @@ impl Config {
             .map_err(|err| invalid("server.host", err.to_string()))?;
         if self.server.max_request_body_bytes < 1024 {
             return Err(invalid("server.max_request_body_bytes", "must be at least 1024"));
+        }
+        for (key, value) in [
+            ("server.request_head_timeout_s", self.server.request_head_timeout_s),
+            ("server.request_body_timeout_s", self.server.request_body_timeout_s),
+        ] {
+            if !(value > 0.0 && value.is_finite()) {
+                return Err(invalid(key, "must be a positive number of seconds"));
+            }
         }
         if !(1..=1024).contains(&e.block_size) || !e.block_size.is_power_of_two() {
             return Err(invalid(

@@ -1,5 +1,6 @@
 //! Actor messages between the api and the scheduler (named fields, declared results).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix::Message;
@@ -15,7 +16,11 @@ use crate::engine::types::{Operation, RequestId};
 pub struct Generate {
     pub id: RequestId,
     pub prompt_token_ids: Vec<u32>,
-    pub params: SamplingParams,
+    /// Shared by every choice of the body.
+    pub params: Arc<SamplingParams>,
+    /// This choice's seed (the body's `params.seed` plus the choice index); `None` samples
+    /// from the engine's own generator.
+    pub seed: Option<u64>,
     pub operation: Operation,
     /// When the API finished parsing the request (start of every interval).
     pub arrival: Instant,

@@ -4,7 +4,8 @@
 //! fields: the API layer (`api::validation`) resolves defaults and rejects bad
 //! values once, so the scheduler and sampler never re-check them.
 
-/// Sampling parameters of one request, already validated.
+/// Sampling parameters of one request body, already validated; its choices share one copy
+/// behind an `Arc`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
     /// 0 means greedy. Validated to `[0, 2]`.
@@ -15,6 +16,8 @@ pub struct SamplingParams {
     pub top_k: Option<u32>,
     /// Min-p relative to the most likely token, `[0, 1]`; 0 disables it.
     pub min_p: f32,
+    /// The body's seed. Choice `c` samples with `seed + c`, which travels beside these
+    /// shared params (`Generate::seed`, `ScheduledSequence::seed`); the sampler reads that.
     pub seed: Option<u64>,
     /// OpenAI additive penalties, `[-2, 2]`.
     pub presence_penalty: f32,

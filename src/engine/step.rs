@@ -31,6 +31,8 @@ pub struct ScheduledSequence {
     /// Whether a token is sampled after this step (false for a non-final prompt chunk).
     pub sample: bool,
     pub params: Arc<SamplingParams>,
+    /// The request's own seed (per choice; `params.seed` is the body's).
+    pub seed: Option<u64>,
     /// How many tokens were generated before this step's sample, pending ones included
     /// (the seeded RNG stream position).
     pub num_generated: usize,

@@ -24,6 +24,7 @@ fn batch(token: u32) -> ExecuteBatch {
                 block_table: vec![0],
                 sample: true,
                 params: Arc::new(SamplingParams::default()),
+                seed: None,
                 num_generated: 0,
                 output_token_ids: Vec::new(),
                 prompt_token_ids: None,

@@ -16,6 +16,9 @@ pub struct ModelRunner {
     cache: PagedKvCache<Backend>,
     host: HostKvPool,
     rng: StdRng,
+    /// Logits at and past this id are padding rows of the embedding, with no token behind
+    /// them: they are never sampled.
+    sampleable_vocab: usize,
 }
 
 impl ModelRunner {
@@ -27,7 +30,15 @@ impl ModelRunner {
             cache,
             host: HostKvPool::new(host_blocks),
             rng: StdRng::from_os_rng(),
+            sampleable_vocab: usize::MAX,
         }
+    }
+
+    /// Never samples ids at or past `token_id_bound` (the tokenizer's), where the model's
+    /// vocabulary is padded beyond the tokenizer's.
+    pub fn sampling_only_below(mut self, token_id_bound: usize) -> Self {
+        self.sampleable_vocab = token_id_bound;
+        self
     }
 
     /// Logits of every sampled sequence, row-major `[rows, vocab]` (for tests and parity).
@@ -73,12 +84,15 @@ impl Executor for ModelRunner {
                     return None;
                 }
                 let row = rows.next().expect("one row per sampled sequence");
+                if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
+                    padding.fill(f32::NEG_INFINITY);
+                }
                 let ctx = SamplingContext {
                     params: &s.params,
                     output_token_ids: &s.output_token_ids,
                     prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
                 };
-                let mut rng = token_rng(s.params.seed, s.num_generated, &mut self.rng);
+                let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
                 Some(sample(row, &ctx, &mut rng))
             })
             .collect();

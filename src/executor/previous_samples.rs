@@ -68,6 +68,7 @@ mod tests {
             block_table: vec![0],
             sample: true,
             params: Arc::new(params),
+            seed: None,
             num_generated: 1,
             output_token_ids: vec![11],
             prompt_token_ids: None,

@@ -28,7 +28,47 @@ pub struct HeadShape {
     pub head_dim: usize,
 }
 
-/// Attention for every query row of `spans`.
+impl HeadShape {
+    /// Panics unless the query heads group evenly over the KV heads: the kernels read KV head
+    /// `head / (num_heads / num_kv_heads)`, which would run past a K/V row otherwise.
+    pub fn check(&self) {
+        assert!(
+            self.num_heads > 0 && self.num_kv_heads > 0 && self.head_dim > 0,
+            "empty head shape {self:?}"
+        );
+        assert!(
+            self.num_heads.is_multiple_of(self.num_kv_heads),
+            "{} query heads cannot be grouped over {} KV heads",
+            self.num_heads,
+            self.num_kv_heads
+        );
+    }
+}
+
+impl SequenceSpan<'_> {
+    /// Panics unless the span's new tokens are rows `first_row ..` of a `tokens`-row step and
+    /// its context (which holds them) has a slot in a `cache_rows`-row cache for every position.
+    pub fn check(&self, tokens: usize, cache_rows: usize) {
+        assert!(
+            self.len <= self.slots.len(),
+            "a span of {} new tokens has only {} context slots",
+            self.len,
+            self.slots.len()
+        );
+        assert!(
+            self.first_row + self.len <= tokens,
+            "span rows {}..{} outside the step's {tokens} rows",
+            self.first_row,
+            self.first_row + self.len
+        );
+        assert!(
+            self.slots.iter().all(|&s| s >= 0 && (s as usize) < cache_rows),
+            "a context slot lies outside the cache's {cache_rows} rows"
+        );
+    }
+}
+
+/// Attention for every query row of `spans`. Panics on shapes that do not fit together.
 ///
 /// # Shapes
 /// - q: `[tokens, num_heads * head_dim]` (RoPE applied)
@@ -41,8 +81,18 @@ pub fn paged_attention(
     spans: &[SequenceSpan],
     shape: HeadShape,
 ) -> Vec<f32> {
+    shape.check();
     let q_width = shape.num_heads * shape.head_dim;
+    let kv_width = shape.num_kv_heads * shape.head_dim;
+    assert!(q.len().is_multiple_of(q_width), "q must be [tokens, {q_width}]");
+    assert!(
+        k_cache.len() == v_cache.len() && k_cache.len().is_multiple_of(kv_width),
+        "k_cache and v_cache must both be [slots, {kv_width}]"
+    );
     let tokens = q.len() / q_width;
+    for span in spans {
+        span.check(tokens, k_cache.len() / kv_width);
+    }
     let (tiled, per_row): (Vec<_>, Vec<_>) = spans
         .iter()
         .enumerate()
@@ -241,5 +291,52 @@ mod tests {
         };
         let threshold = super::TILED_MIN_QUERIES;
         check_against_reference(&[(81, 70), (threshold + 3, threshold), (30, 1)], shape, 1e-4);
+    }
+
+    /// Two query tokens of one sequence over a three-slot cache, with `shape`.
+    fn run_with(shape: HeadShape, span_len: usize, slots: &[i64]) {
+        let q = values(2 * shape.num_heads * shape.head_dim, 1);
+        let kv = values(3 * shape.num_kv_heads * shape.head_dim, 2);
+        let span = SequenceSpan {
+            first_row: 0,
+            len: span_len,
+            slots,
+        };
+        paged_attention(&q, &kv, &kv, &[span], shape);
+    }
+
+    const SHAPE: HeadShape = HeadShape {
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 8,
+    };
+
+    #[test]
+    fn a_well_formed_call_runs() {
+        run_with(SHAPE, 2, &[0, 1, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "cannot be grouped")]
+    fn heads_that_do_not_group_panic() {
+        run_with(HeadShape { num_heads: 3, ..SHAPE }, 2, &[0, 1, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "context slots")]
+    fn a_span_longer_than_its_context_panics() {
+        run_with(SHAPE, 2, &[0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the cache")]
+    fn a_slot_past_the_cache_panics() {
+        run_with(SHAPE, 2, &[0, 1, 3]);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the step")]
+    fn a_span_past_the_step_panics() {
+        run_with(SHAPE, 3, &[0, 1, 2]);
     }
 }

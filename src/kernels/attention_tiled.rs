@@ -38,8 +38,11 @@ pub fn attend_span_tiled(
         num_kv_heads,
         head_dim,
     } = shape;
+    shape.check();
     let (q_width, kv_width) = (num_heads * head_dim, num_kv_heads * head_dim);
     assert_eq!(q.len(), span.len * q_width, "q must be [span.len, {q_width}]");
+    assert!(k_cache.len() == v_cache.len() && k_cache.len().is_multiple_of(kv_width));
+    span.check(span.first_row + span.len, k_cache.len() / kv_width);
     assert_eq!(out.len(), q.len(), "out must be shaped like q");
     // The context's keys and values, gathered once into contiguous rows.
     let context = span.slots.len();

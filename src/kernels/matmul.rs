@@ -245,4 +245,13 @@ mod tests {
         let panels: Vec<_> = row_panels(5..40).collect();
         assert_eq!(panels, vec![5..21, 21..37, 37..40]);
     }
+
+    #[test]
+    #[should_panic(expected = "x must be")]
+    fn activations_of_the_wrong_width_panic() {
+        let bytes = quantize(GgmlType::Q8_0, &pseudo_random(4 * 64, 1)).expect("quantise");
+        let w = PackedMatrix::from_ggml(GgmlType::Q8_0, &bytes, 4, 64).expect("packable");
+        // Two tokens claimed, one token's worth of activations given.
+        matmul_packed(&pseudo_random(64, 2), 2, &w);
+    }
 }

@@ -9,7 +9,7 @@ use super::config::{HfLlamaConfig, LlamaConfig};
 use super::error::ModelError;
 use super::gguf::GgufFile;
 use super::sources::{GgufWeights, SafetensorsWeights};
-use super::tokenizer::{SpecialTokens, load_tokenizer_json, tokenizer_from_gguf};
+use super::tokenizer::{SpecialTokens, load_tokenizer_json, token_id_bound, tokenizer_from_gguf};
 use super::weights::WeightSource;
 
 /// A model on disk, opened and described, weights not yet on the device.
@@ -82,6 +82,7 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
         tie_word_embeddings: file.tensor_info("output.weight").is_none(),
     };
     check_config(&config, path)?;
+    check_vocabulary(&tokenizer, &config, path)?;
     let special_tokens = SpecialTokens::from_gguf(&file);
     let chat_template = file.get_str("tokenizer.chat_template").map(str::to_string);
     let name = path
@@ -112,6 +113,7 @@ fn open_hf_folder(dir: &Path) -> Result<ModelFiles, ModelError> {
     let config = LlamaConfig::from(&hf);
     check_config(&config, &config_path)?;
     let tokenizer = load_tokenizer_json(&dir.join("tokenizer.json"))?;
+    check_vocabulary(&tokenizer, &config, &config_path)?;
     let special_tokens = SpecialTokens::from_hf_config(dir, &tokenizer);
     let chat_template = read_hf_chat_template(dir);
     let name = dir
@@ -133,6 +135,24 @@ fn read_hf_chat_template(dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
     let value: serde_json::Value = serde_json::from_str(&text).ok()?;
     value.get("chat_template")?.as_str().map(str::to_string)
+}
+
+/// Every token id the tokenizer can produce must have an embedding row; a model that breaks
+/// this would read past the embedding for some prompts. (More rows than ids is padding: the
+/// executor never samples those.)
+fn check_vocabulary(tokenizer: &Tokenizer, c: &LlamaConfig, path: &Path) -> Result<(), ModelError> {
+    let bound = token_id_bound(tokenizer);
+    if bound > c.vocab_size {
+        return Err(ModelError::InvalidFile {
+            path: path.to_path_buf(),
+            message: format!(
+                "the tokenizer has token id {} but the embedding has only {} rows",
+                bound - 1,
+                c.vocab_size
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn check_config(c: &LlamaConfig, path: &Path) -> Result<(), ModelError> {

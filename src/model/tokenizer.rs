@@ -49,6 +49,16 @@ pub enum TokenizerError {
 }
 
 /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata.
+/// One past the tokenizer's largest token id (added tokens included): every id a request may
+/// send or the model may be allowed to sample is below it.
+pub fn token_id_bound(tokenizer: &Tokenizer) -> usize {
+    tokenizer
+        .get_vocab(true)
+        .values()
+        .max()
+        .map_or(0, |&id| id as usize + 1)
+}
+
 pub fn tokenizer_from_gguf(gguf: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let path = gguf.path();
     let model = gguf.require_str("tokenizer.ggml.model")?;

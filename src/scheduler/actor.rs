@@ -175,6 +175,7 @@ impl Handler<Generate> for SchedulerActor {
             id: msg.id.clone(),
             prompt_token_ids: msg.prompt_token_ids,
             params: msg.params,
+            seed: msg.seed,
             operation: msg.operation,
             arrival: msg.arrival,
         };

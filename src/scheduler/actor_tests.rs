@@ -125,11 +125,12 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
         .send(Generate {
             id: "r".into(),
             prompt_token_ids: vec![5, 6, 7],
-            params: SamplingParams {
+            params: Arc::new(SamplingParams {
                 max_tokens: MAX_TOKENS as u32,
                 temperature: 0.0,
                 ..Default::default()
-            },
+            }),
+            seed: None,
             operation: Operation::TextCompletion,
             arrival: Instant::now(),
             events,

@@ -68,7 +68,20 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn new(config: SchedulerConfig, end_of_generation: Vec<u32>) -> Self {
+    /// A `max_model_len` beyond what the cache holds for one sequence is cut to the cache: a
+    /// longer sequence would preempt itself, could never be admitted again, and would hold
+    /// up every request queued behind it. The server refuses such a config at start
+    /// (`kv_cache::capacity`); this keeps the policy safe on its own.
+    pub fn new(mut config: SchedulerConfig, end_of_generation: Vec<u32>) -> Self {
+        let cache_tokens = config.num_gpu_blocks * config.block_size;
+        if config.max_model_len > cache_tokens {
+            tracing::warn!(
+                max_model_len = config.max_model_len,
+                cache_tokens,
+                "max_model_len exceeds the KV cache; sequences end at the cache's size"
+            );
+            config.max_model_len = cache_tokens;
+        }
         let blocks = BlockManager::with_config(BlockManagerConfig {
             num_gpu_blocks: config.num_gpu_blocks,
             num_cpu_blocks: config.num_cpu_blocks,
@@ -322,6 +335,7 @@ impl Scheduler {
             block_table: blocks.block_table(&request.id).to_vec(),
             sample,
             params: Arc::clone(params),
+            seed: request.seed,
             num_generated: request.num_generated_with_pending(),
             output_token_ids: if params.uses_output_tokens() {
                 request.output.clone()
@@ -573,6 +587,12 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+#[path = "policy_progress_tests.rs"]
+mod progress_tests;
+#[cfg(test)]
+#[path = "policy_test_driver.rs"]
+mod test_driver;
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;

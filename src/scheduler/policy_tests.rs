@@ -1,78 +1,18 @@
 //! Scheduler tests driven directly with the fake executor: no actors, no model.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
+use super::test_driver::{Driver, EOS, config, finish_reason, request, run};
+use super::{PreemptionMode, Scheduler, SchedulerConfig};
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::AbortReason;
-use crate::engine::sampling_params::SamplingParams;
-use crate::engine::step::SchedulerOutput;
-use crate::engine::types::{FinishReason, Operation};
+use crate::engine::types::FinishReason;
 use crate::executor::Executor;
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
-use crate::executor::previous_samples::PreviousSamples;
-use crate::scheduler::request::NewRequest;
-
-const EOS: u32 = 999;
-
-fn config(blocks: usize) -> SchedulerConfig {
-    SchedulerConfig {
-        max_num_seqs: 8,
-        max_num_batched_tokens: 64,
-        max_model_len: 512,
-        max_waiting: 1000,
-        num_gpu_blocks: blocks,
-        block_size: 4,
-        num_cpu_blocks: 0,
-        preemption_mode: PreemptionMode::Recompute,
-        enable_prefix_caching: false,
-        async_scheduling: false,
-    }
-}
-
-fn request(id: &str, prompt_len: usize, max_tokens: u32) -> NewRequest {
-    NewRequest {
-        id: id.to_string(),
-        // Token values well below EOS so the fake (last + 1) never emits EOS by accident.
-        prompt_token_ids: (0..prompt_len as u32).map(|i| i % 100).collect(),
-        params: SamplingParams {
-            max_tokens,
-            temperature: 0.0,
-            ..Default::default()
-        },
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-    }
-}
-
-/// Runs steps until idle; returns each request's events.
-fn run(s: &mut Scheduler, fake: &mut FakeExecutor) -> HashMap<String, Vec<TokenEvent>> {
-    let mut events: HashMap<String, Vec<TokenEvent>> = HashMap::new();
-    let mut steps = 0;
-    while s.has_work() {
-        steps += 1;
-        assert!(steps < 100_000, "no progress");
-        let batch = s.schedule(Instant::now());
-        assert!(!batch.sequences.is_empty(), "work but nothing scheduled");
-        let out = fake.execute(&batch).expect("fake runs");
-        for (id, e) in s.update_from_output(&batch, out, Instant::now()).events {
-            events.entry(id).or_default().push(e);
-        }
-    }
-    events
-}
-
-fn finish_reason(events: &[TokenEvent]) -> FinishReason {
-    match events.last() {
-        Some(TokenEvent::Finished { reason, .. }) => *reason,
-        other => panic!("last event is not Finished: {other:?}"),
-    }
-}
 
 #[test]
 fn requests_finish_by_length_and_free_their_blocks() {
@@ -102,7 +42,7 @@ fn eos_stops_unless_ignored() {
     s.add(r, Instant::now()).expect("admitted");
     let mut r = request("ignore", 3, 4);
     r.prompt_token_ids = vec![1, 2, EOS - 1];
-    r.params.ignore_eos = true;
+    std::sync::Arc::make_mut(&mut r.params).ignore_eos = true;
     s.add(r, Instant::now()).expect("admitted");
     let events = run(&mut s, &mut fake);
     assert_eq!(finish_reason(&events["eos"]), FinishReason::Stop);
@@ -235,56 +175,6 @@ fn random_simulation_finishes_every_request_exactly_once() {
             cfg.async_scheduling = async_scheduling;
             simulate(cfg, 2000);
         }
-    }
-}
-
-/// Runs steps the way `SchedulerActor` does: with async scheduling the next step is
-/// scheduled while the one before is in flight, and its placeholders are filled in the way
-/// the executor thread fills them.
-struct Driver {
-    fake: FakeExecutor,
-    previous: PreviousSamples,
-    in_flight: VecDeque<Arc<SchedulerOutput>>,
-    /// Steps scheduled ahead, and placeholders they carried.
-    ahead_steps: usize,
-    placeholders: usize,
-}
-
-impl Driver {
-    fn new() -> Self {
-        Self {
-            fake: FakeExecutor::new(1000, FakeBehaviour::default()),
-            previous: PreviousSamples::default(),
-            in_flight: VecDeque::new(),
-            ahead_steps: 0,
-            placeholders: 0,
-        }
-    }
-
-    /// Sends what the actor would send, then runs the oldest step in flight and applies
-    /// its output; `None` when nothing was in flight.
-    fn step(&mut self, s: &mut Scheduler, t: Instant) -> Option<StepResult> {
-        if self.in_flight.is_empty() && s.has_work() {
-            let batch = s.schedule(t);
-            if !batch.is_empty() {
-                self.in_flight.push_back(Arc::new(batch));
-            }
-        }
-        if self.in_flight.len() == 1
-            && s.config().async_scheduling
-            && s.has_work()
-            && let Some(batch) = s.schedule_ahead(t)
-            && !batch.is_empty()
-        {
-            self.ahead_steps += 1;
-            self.placeholders += batch.sequences.iter().filter(|s| s.last_token_pending).count();
-            self.in_flight.push_back(Arc::new(batch));
-        }
-        let batch = self.in_flight.pop_front()?;
-        let resolved = self.previous.resolve(&batch).expect("every placeholder has its token");
-        let out = self.fake.execute(&resolved).expect("runs");
-        self.previous.record(&resolved, &out);
-        Some(s.update_from_output(&batch, out, t))
     }
 }
 

@@ -13,7 +13,10 @@ use crate::engine::types::{Operation, RequestId};
 pub struct NewRequest {
     pub id: RequestId,
     pub prompt_token_ids: Vec<u32>,
-    pub params: SamplingParams,
+    /// Shared with the other choices of its body.
+    pub params: Arc<SamplingParams>,
+    /// This choice's seed (see [`Generate::seed`](crate::engine::messages::Generate::seed)).
+    pub seed: Option<u64>,
     pub operation: Operation,
     pub arrival: Instant,
 }
@@ -25,6 +28,7 @@ pub(crate) struct Request {
     pub prompt: Arc<Vec<u32>>,
     pub output: Vec<u32>,
     pub params: Arc<SamplingParams>,
+    pub seed: Option<u64>,
     pub operation: Operation,
     pub timestamps: RequestTimestamps,
     /// Tokens whose K/V are in the cache (0 again after a recompute preemption).
@@ -43,7 +47,8 @@ impl Request {
             id: new.id,
             prompt: Arc::new(new.prompt_token_ids),
             output: Vec::new(),
-            params: Arc::new(new.params),
+            params: new.params,
+            seed: new.seed,
             operation: new.operation,
             timestamps,
             num_computed: 0,

@@ -48,12 +48,13 @@ pub fn greedy_request(id: &str, prompt: Vec<u32>, max_tokens: u32, ignore_eos: b
     crate::scheduler::NewRequest {
         id: id.to_string(),
         prompt_token_ids: prompt,
-        params: crate::engine::sampling_params::SamplingParams {
+        params: std::sync::Arc::new(crate::engine::sampling_params::SamplingParams {
             temperature: 0.0,
             max_tokens,
             ignore_eos,
             ..Default::default()
-        },
+        }),
+        seed: None,
         operation: crate::engine::types::Operation::TextCompletion,
         arrival: std::time::Instant::now(),
     }

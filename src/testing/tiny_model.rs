@@ -25,6 +25,9 @@ pub struct TinyModelSpec {
     pub ffn: usize,
     pub context: usize,
     pub seed: u64,
+    /// Rows of the (tied) embedding; `None`: one per token of the vocabulary. More rows pad the
+    /// vocabulary as some models do; fewer make a model whose tokenizer outruns its embedding.
+    pub embedding_rows: Option<usize>,
 }
 
 impl Default for TinyModelSpec {
@@ -37,6 +40,7 @@ impl Default for TinyModelSpec {
             ffn: 128,
             context: 256,
             seed: 7,
+            embedding_rows: None,
         }
     }
 }
@@ -45,7 +49,7 @@ impl Default for TinyModelSpec {
 /// vocabulary and a ChatML template to `dir/tiny-llama.gguf`.
 pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<PathBuf> {
     let (tokens, merges, types) = tiny_test_vocab();
-    let vocab = tokens.len();
+    let vocab = spec.embedding_rows.unwrap_or(tokens.len());
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let mut random = |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.random_range(-scale..scale)).collect() };
     let head_dim = spec.hidden / spec.heads;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
-use crate::common::{Tiny, metric_value, scrape_until, start_fake};
+use crate::common::{Tiny, metric_value, scrape_until, start_fake, start_tiny};
 
 /// The ways a client leaves.
 #[derive(Debug, Clone, Copy)]
@@ -160,4 +160,143 @@ fn a_prefilling_request_is_aborted_before_its_first_token() {
     });
     let generated = metric_value(&metrics, "vllm:generation_tokens_total", "");
     assert_eq!(generated, Some(0.0), "aborted before the first token:\n{metrics}");
+}
+
+/// What one storm client does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StormMove {
+    /// Sends part of the head, then closes.
+    CutHead,
+    /// Sends the whole request, then closes at once.
+    LeaveAtOnce,
+    /// Sends the whole request, waits a little, then leaves (any way).
+    LeaveSoon,
+    /// Streams a long completion, reads its first event, then leaves (any way).
+    LeaveMidStream,
+    /// Reads the whole answer.
+    Complete,
+}
+
+/// Reads the whole reply (the server closes after it: `connection: close`); true if it ended
+/// with a complete, successful answer.
+fn read_to_end_ok(mut socket: TcpStream) -> bool {
+    socket.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    let mut reply = Vec::new();
+    socket.read_to_end(&mut reply).expect("the server answers and closes");
+    let text = String::from_utf8_lossy(&reply);
+    text.starts_with("HTTP/1.1 200") && (text.contains("\"finish_reason\":\"length\"") || text.contains("[DONE]"))
+}
+
+#[test]
+fn a_storm_of_a_thousand_leaving_clients_leaves_nothing_behind() {
+    use rand::{Rng, SeedableRng};
+
+    const REQUESTS: usize = 1000;
+    const CLIENTS: usize = 25;
+    let t = start_tiny(|c| {
+        c.engine.max_num_seqs = 16;
+        c.engine.max_waiting = 4096;
+    });
+    let addr = t.server.addr;
+    let started = Instant::now();
+    // Per client: (completed, certainly aborted in the engine, reached the engine or maybe).
+    let tallies: Vec<(usize, usize, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                scope.spawn(move || {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(client as u64);
+                    let (mut completed, mut aborted, mut maybe) = (0, 0, 0);
+                    for _ in 0..REQUESTS / CLIENTS {
+                        let how = LEAVES[rng.random_range(0..LEAVES.len())];
+                        let step = match rng.random_range(0..5) {
+                            0 => StormMove::CutHead,
+                            1 => StormMove::LeaveAtOnce,
+                            2 => StormMove::LeaveSoon,
+                            3 => StormMove::LeaveMidStream,
+                            _ => StormMove::Complete,
+                        };
+                        match step {
+                            StormMove::CutHead => {
+                                let mut s = TcpStream::connect(addr).expect("connect");
+                                let _ = s.write_all(b"POST /v1/completions HTTP/1.1\r\ncontent-le");
+                            }
+                            StormMove::LeaveAtOnce | StormMove::LeaveSoon => {
+                                let body = json!({"prompt": "storm", "max_tokens": 64, "ignore_eos": true});
+                                let s = send(addr, "/v1/completions", &body);
+                                if step == StormMove::LeaveSoon {
+                                    std::thread::sleep(Duration::from_millis(rng.random_range(0..20)));
+                                }
+                                drop(leave(s, how));
+                                maybe += 1;
+                            }
+                            StormMove::LeaveMidStream => {
+                                let body = json!({"prompt": "storm", "max_tokens": 200, "ignore_eos": true, "stream": true});
+                                let mut s = send(addr, "/v1/completions", &body);
+                                let mut first = [0u8; 256];
+                                let n = s.read(&mut first).expect("first bytes of the stream");
+                                assert!(n > 0);
+                                drop(leave(s, how));
+                                aborted += 1;
+                            }
+                            StormMove::Complete => {
+                                let body = json!({"prompt": "storm", "max_tokens": rng.random_range(1..8), "ignore_eos": true});
+                                let mut s = TcpStream::connect(addr).expect("connect");
+                                let text = body.to_string();
+                                let head = format!(
+                                    "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\
+                                     content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                                    text.len()
+                                );
+                                s.write_all(head.as_bytes()).expect("head");
+                                s.write_all(text.as_bytes()).expect("body");
+                                assert!(read_to_end_ok(s), "a client that stays gets its answer");
+                                completed += 1;
+                            }
+                        }
+                    }
+                    (completed, aborted, maybe)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+    });
+    let completed: usize = tallies.iter().map(|t| t.0).sum();
+    let aborted: usize = tallies.iter().map(|t| t.1).sum();
+    let maybe: usize = tallies.iter().map(|t| t.2).sum();
+    wait_idle(&t);
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "bounded in time: {:?}",
+        started.elapsed()
+    );
+    // Every request that reached the engine ends exactly once: the finished ones as `length`,
+    // the streams left mid-way as aborts, and those left around admission as either.
+    let count = |m: &str, reason: &str| {
+        metric_value(
+            m,
+            "vllm:request_success_total",
+            &format!("finished_reason=\"{reason}\""),
+        )
+        .unwrap_or(0.0) as usize
+    };
+    let metrics = scrape_until(&t, |m| count(m, "length") + count(m, "abort") >= completed + aborted);
+    let (length, abort) = (count(&metrics, "length"), count(&metrics, "abort"));
+    assert!(length >= completed, "completed {completed}, counted {length}");
+    assert!(abort >= aborted, "left mid-stream {aborted}, aborts counted {abort}");
+    assert!(
+        length + abort <= completed + aborted + maybe,
+        "more requests ended ({length} + {abort}) than could have reached the engine"
+    );
+    assert_eq!(count(&metrics, "stop"), 0, "ignore_eos everywhere");
+    let load = t.wait_for_load(|l| l["running"] == 0);
+    assert_eq!(
+        (
+            &load["running"],
+            &load["waiting"],
+            &load["swapped"],
+            &load["kv_cache_usage"]
+        ),
+        (&json!(0), &json!(0), &json!(0), &json!(0.0)),
+        "{load}"
+    );
 }

@@ -15,5 +15,7 @@ mod otlp_push;
 mod overload;
 mod reference_parity;
 mod scheduler_pressure;
+mod slow_clients;
 mod telemetry;
 mod telemetry_external;
+mod vocabulary;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use kiln::config::Config;
@@ -33,10 +34,11 @@ fn first_logits(model: &Path, prompt: &[u32]) -> Vec<f32> {
     let request = NewRequest {
         id: "r".into(),
         prompt_token_ids: prompt.to_vec(),
-        params: SamplingParams {
+        params: Arc::new(SamplingParams {
             temperature: 0.0,
             ..Default::default()
-        },
+        }),
+        seed: None,
         operation: Operation::TextCompletion,
         arrival: Instant::now(),
     };
