@@ -12,10 +12,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::api::{self, AppState, ServedModel};
 use crate::config::Config;
+use crate::engine::health::EngineHealth;
+use crate::executor::actor::Supervision;
 use crate::executor::model_runner::ModelRunner;
 use crate::executor::{Executor, start_executor};
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
+use crate::lifecycle::{ABORT_FLUSH, Drain, drain_on_signal, spawn_step_watchdog};
 use crate::model::chat_template::ChatTemplate;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::{ModelFiles, open_model};
@@ -64,9 +67,13 @@ pub struct RunningServer {
     pub stats: Addr<StatsActor>,
     /// Flushes the final OTLP export on shutdown.
     pub telemetry: Arc<Telemetry>,
+    /// Liveness and readiness.
+    pub health: Arc<EngineHealth>,
 }
 
-/// `kiln serve`: load, start, and serve until stopped.
+/// `kiln serve`: load, start, and serve until stopped. SIGTERM/SIGINT drain and return
+/// `Ok`; an engine that dies for good (restarts exhausted, a hung step) returns an error,
+/// so the process exits non-zero and its supervisor restarts it.
 pub fn run_blocking(config: Config) -> anyhow::Result<()> {
     let started = Instant::now();
     let path = resolve_model_path(&config)?;
@@ -76,7 +83,27 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         let running = start(&config, prepared).await?;
         tracing::info!("serving on http://{}", running.addr);
-        running.server.await.context("http server")?;
+        let handle = running.server.handle();
+        actix_web::rt::spawn(drain_on_signal(Drain {
+            server: handle.clone(),
+            health: running.health.clone(),
+            scheduler: running.scheduler.clone(),
+            grace: Duration::from_secs_f64(config.server.shutdown_grace_period_s),
+        }));
+        let health = running.health.clone();
+        let dead = tokio::select! {
+            served = running.server => {
+                served.context("http server")?;
+                None
+            }
+            reason = health.wait_dead() => Some(reason),
+        };
+        if let Some(reason) = dead {
+            handle.stop(false).await;
+            running.telemetry.shutdown().ok();
+            anyhow::bail!("the engine is dead: {reason}");
+        }
+        tracing::info!("drained; flushing telemetry");
         running.telemetry.shutdown().ok();
         Ok(())
     })
@@ -278,7 +305,15 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
     };
     let stats = StatsActor::new(telemetry.instruments.clone(), stats_config).start();
-    let executor = start_executor(prepared.executor);
+    let health = Arc::new(EngineHealth::new());
+    let executor = start_executor(
+        prepared.executor,
+        Supervision {
+            health: health.clone(),
+            max_restarts: config.engine.max_engine_restarts,
+        },
+    );
+    spawn_step_watchdog(health.clone(), Duration::from_secs_f64(config.engine.step_timeout_s));
     let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
     let scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).start();
     let telemetry = Arc::new(telemetry);
@@ -297,9 +332,13 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         config.server.request_body_timeout_s,
     )));
     let stats_for_http = stats.clone();
+    let health_data = web::Data::from(health.clone());
+    // Draining outlasts the grace period by the time the aborted requests' errors need.
+    let shutdown_timeout = (Duration::from_secs_f64(config.server.shutdown_grace_period_s) + ABORT_FLUSH).as_secs();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(health_data.clone())
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
             .app_data(body_timeout.clone())
@@ -312,6 +351,10 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
     })
     .workers(2)
+    // kiln drains on SIGTERM/SIGINT itself (`lifecycle::drain_on_signal`); actix's own
+    // handling would stop the whole actix system.
+    .disable_signals()
+    .shutdown_timeout(shutdown_timeout)
     // A client that half-closes is gone (as uvicorn treats it in front of vLLM): actix then
     // drops the handler, whose choices abort in the engine. Otherwise a non-streaming
     // request whose client left would run to its end, holding its KV blocks.
@@ -325,6 +368,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         "" => None,
         listen => Some(start_metrics_listener(listen, telemetry.registry.clone())?),
     };
+    health.ready();
     Ok(RunningServer {
         addr,
         server: server.run(),
@@ -332,6 +376,7 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
         scheduler,
         stats,
         telemetry,
+        health,
     })
 }
 
@@ -357,6 +402,7 @@ fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyho
             .wrap(actix_web::middleware::Compress::default())
     })
     .workers(1)
+    .disable_signals()
     .bind(listen)
     .with_context(|| format!("binding telemetry.metrics_listen {listen}"))?;
     let addr = server.addrs().first().copied().context("no bound metrics address")?;

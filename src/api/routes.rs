@@ -1,4 +1,4 @@
-//! The route table and the small endpoints: models, health, version, load, metrics.
+//! The route table and the small endpoints: models, health, readiness, version, load, metrics.
 
 use actix_web::http::Method;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -9,6 +9,7 @@ use super::chat::create_chat_completion;
 use super::completions::create_completion;
 use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
+use crate::engine::health::EngineHealth;
 use crate::scheduler::actor::GetLoad;
 
 /// Every route; unknown paths get an OpenAI-style 404, known paths with the wrong
@@ -25,6 +26,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource!("/v1/completions", Method::POST, create_completion))
         .service(resource!("/v1/chat/completions", Method::POST, create_chat_completion))
         .service(resource!("/health", Method::GET, health))
+        .service(resource!("/ready", Method::GET, ready))
         .service(resource!("/version", Method::GET, version))
         .service(resource!("/load", Method::GET, load))
         .service(resource!("/metrics", Method::GET, metrics))
@@ -51,14 +53,30 @@ async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     )]))
 }
 
-/// 200 when the engine answers, 503 otherwise.
-async fn health(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+/// Liveness: 200 while the engine can serve now or after a restart; 503 once it is dead
+/// for good (restarts exhausted, a step hung) or its actor does not answer.
+async fn health(state: web::Data<AppState>, engine: web::Data<EngineHealth>) -> Result<HttpResponse, ApiError> {
+    if !engine.is_alive() {
+        return Err(ApiError::Unavailable("the engine has stopped for good".into()));
+    }
     state
         .scheduler
         .send(GetLoad)
         .await
         .map_err(|_| ApiError::Unavailable("the engine is not running".into()))?;
     Ok(HttpResponse::Ok().finish())
+}
+
+/// Readiness: 200 when new requests are served now; 503 while loading, restarting the
+/// executor, draining for shutdown, or dead. The body names the state.
+async fn ready(engine: web::Data<EngineHealth>) -> HttpResponse {
+    let state = engine.state();
+    let body = serde_json::json!({ "status": state.name() });
+    if engine.is_ready() {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
 }
 
 async fn version() -> HttpResponse {

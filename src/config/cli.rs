@@ -141,6 +141,15 @@ pub struct ServeArgs {
     /// cumulative or delta.
     #[arg(long, env = "KILN_OTLP_TEMPORALITY")]
     pub otlp_temporality: Option<String>,
+    /// Seconds running requests get to finish after SIGTERM before they are aborted.
+    #[arg(long, env = "KILN_SHUTDOWN_GRACE_PERIOD")]
+    pub shutdown_grace_period: Option<f64>,
+    /// Executor restarts allowed without a successful step in between; past them kiln exits.
+    #[arg(long, env = "KILN_MAX_ENGINE_RESTARTS")]
+    pub max_engine_restarts: Option<u32>,
+    /// Seconds one engine step may run before kiln declares it hung and exits (0: never).
+    #[arg(long, env = "KILN_STEP_TIMEOUT")]
+    pub step_timeout: Option<f64>,
 }
 
 impl ServeArgs {
@@ -166,6 +175,9 @@ impl ServeArgs {
         set(&mut c.server.host, &self.host);
         set(&mut c.server.port, &self.port);
         set(&mut c.server.max_request_body_bytes, &self.max_request_body_bytes);
+        set(&mut c.server.shutdown_grace_period_s, &self.shutdown_grace_period);
+        set(&mut c.engine.max_engine_restarts, &self.max_engine_restarts);
+        set(&mut c.engine.step_timeout_s, &self.step_timeout);
         set(&mut c.server.request_head_timeout_s, &self.request_head_timeout);
         set(&mut c.server.request_body_timeout_s, &self.request_body_timeout);
         set(&mut c.server.stream_stall_timeout_s, &self.stream_stall_timeout);

@@ -34,6 +34,8 @@ pub struct ServerConfig {
     pub max_request_body_bytes: usize,
     /// Add a `metrics` object (queue, TTFT, decode, ITL, tokens/s) to every response.
     pub enable_per_request_metrics: bool,
+    /// Seconds running requests get to finish after SIGTERM/SIGINT; the rest are aborted.
+    pub shutdown_grace_period_s: f64,
     /// Seconds a client may take to send a request's head; then 408 and the connection closes.
     pub request_head_timeout_s: f64,
     /// Seconds a client may take to send a request's body once the head is in; then 408.
@@ -80,6 +82,12 @@ pub struct EngineConfig {
     /// Schedule each step while the one before runs, so the executor never waits for the
     /// scheduler.
     pub async_scheduling: bool,
+    /// Executor restarts (after a panic) allowed without a successful step in between; one
+    /// more panic marks the engine dead and kiln exits non-zero.
+    pub max_engine_restarts: u32,
+    /// Seconds one step may run before the engine is declared hung and kiln exits non-zero;
+    /// 0: no deadline.
+    pub step_timeout_s: f64,
 }
 
 /// What one request may ask for, so that no body fans out or costs without bound.
@@ -125,6 +133,7 @@ impl Default for ServerConfig {
             served_model_name: String::new(),
             max_request_body_bytes: 1 << 20,
             enable_per_request_metrics: false,
+            shutdown_grace_period_s: 30.0,
             request_head_timeout_s: 5.0,
             request_body_timeout_s: 30.0,
             stream_stall_timeout_s: 30.0,
@@ -147,6 +156,8 @@ impl Default for EngineConfig {
             swap_space_gib: 4.0,
             enable_prefix_caching: false,
             async_scheduling: true,
+            max_engine_restarts: 3,
+            step_timeout_s: 300.0,
         }
     }
 }
@@ -256,6 +267,14 @@ impl Config {
         }
         if e.max_waiting == 0 {
             return Err(invalid("engine.max_waiting", "must be at least 1"));
+        }
+        for (key, seconds) in [
+            ("server.shutdown_grace_period_s", self.server.shutdown_grace_period_s),
+            ("engine.step_timeout_s", e.step_timeout_s),
+        ] {
+            if !(seconds >= 0.0 && seconds.is_finite()) {
+                return Err(invalid(key, "must be a number of seconds, 0 or more"));
+            }
         }
         let l = &self.limits;
         for (key, value) in [

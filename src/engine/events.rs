@@ -47,7 +47,8 @@ pub enum EngineError {
     TooLong { needed: usize, available: usize },
     #[error("the model failed while running this request: {0}")]
     Executor(String),
-    #[error("the engine is not running")]
+    /// The server is shutting down (its grace period is over) or the engine has stopped.
+    #[error("the engine is not running: the server is shutting down or stopped")]
     Unavailable,
 }
 

@@ -1,6 +1,7 @@
 //! Types and messages shared by the api, the scheduler and the executor.
 
 pub mod events;
+pub mod health;
 pub mod intervals;
 pub mod messages;
 pub mod sampling_params;

@@ -82,11 +82,31 @@ pub struct ExecuteBatch {
     pub batch: Arc<SchedulerOutput>,
 }
 
-/// Why a step produced no output.
+/// Why a step produced no output. The messages reach clients: a panic's own text is only
+/// logged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ExecutorError {
-    #[error("the executor panicked: {0}")]
-    Panicked(String),
+    /// The executor thread panicked; it was rebuilt with a fresh (empty) cache, which took
+    /// `restarts` attempts.
+    #[error("internal error: the engine crashed during this step and was restarted")]
+    Restarted { restarts: u32 },
+    /// The executor panicked and its restarts are exhausted (after `restarts` more tries in
+    /// this step): no step runs any more.
+    #[error("internal error: the engine crashed and could not be restarted")]
+    Dead { restarts: u32 },
     #[error("the executor failed: {0}")]
     Failed(String),
+}
+
+/// Where in a step the executor thread is: the points where the fake executor injects
+/// panics, to show that each is survived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepStage {
+    /// Filling in the placeholders of a step scheduled ahead.
+    BeforeExecute,
+    /// Inside `Executor::execute` (the forward pass and sampling).
+    #[default]
+    Execute,
+    /// Remembering the step's samples for the step after it.
+    AfterExecute,
 }

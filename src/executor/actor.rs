@@ -1,15 +1,30 @@
-//! `ExecutorActor`: a SyncArbiter actor on its own thread. A panic inside a step is caught,
-//! the executor's state is reset, and the step's requests end with `finish_reason=error`.
+//! `ExecutorActor`: a SyncArbiter actor on its own thread, supervised from inside. A panic
+//! anywhere in a step (filling in placeholders, the forward pass, sampling, remembering the
+//! samples) is caught; the executor is restarted with a fresh cache and the step answers
+//! [`ExecutorError::Restarted`], so only that step's requests fail. When restarts run out
+//! (or a reset itself keeps panicking) the engine is marked dead and every later step
+//! answers [`ExecutorError::Dead`].
 
+use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use actix::{Actor, Addr, Handler, SyncArbiter, SyncContext};
 
 use super::Executor;
 use super::previous_samples::PreviousSamples;
-use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput};
+use crate::engine::health::EngineHealth;
+use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput, StepStage};
+
+/// How the executor thread is supervised.
+#[derive(Debug, Clone)]
+pub struct Supervision {
+    /// Written at every restart, at death, and around every step (the hang watchdog).
+    pub health: Arc<EngineHealth>,
+    /// Restarts allowed without a successful step in between; one more panic is fatal.
+    pub max_restarts: u32,
+}
 
 pub struct ExecutorActor<E: Executor> {
     executor: E,
@@ -18,6 +33,9 @@ pub struct ExecutorActor<E: Executor> {
     last_step_end: Option<Instant>,
     /// What the last step sampled, for the placeholders of a step scheduled ahead.
     previous_samples: PreviousSamples,
+    supervision: Supervision,
+    /// Restarts since the last step that succeeded.
+    consecutive_restarts: u32,
 }
 
 impl<E: Executor> Actor for ExecutorActor<E> {
@@ -28,45 +46,109 @@ impl<E: Executor> Handler<ExecuteBatch> for ExecutorActor<E> {
     type Result = Result<ModelOutput, ExecutorError>;
 
     fn handle(&mut self, msg: ExecuteBatch, _: &mut Self::Context) -> Self::Result {
+        if !self.supervision.health.is_alive() {
+            return Err(ExecutorError::Dead { restarts: 0 });
+        }
         let start = Instant::now();
-        let idle = self.last_step_end.map(|end| start.duration_since(end));
-        let resolved = self.previous_samples.resolve(&msg.batch);
-        // Those samples served this step only; a failed step leaves none behind.
-        self.previous_samples.clear();
-        let batch = resolved?;
-        let executor = &mut self.executor;
-        let outcome = catch_unwind(AssertUnwindSafe(|| executor.execute(&batch)));
+        self.supervision.health.step_started(start);
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_step(&msg)));
+        self.supervision.health.step_finished();
         let end = Instant::now();
         self.last_step_end = Some(end);
-        tracing::debug!(
-            sequences = msg.batch.sequences.len(),
-            tokens = msg.batch.num_tokens(),
-            busy_us = end.duration_since(start).as_micros() as u64,
-            idle_us = idle.map(|d| d.as_micros() as u64),
-            "executed a step"
-        );
         match outcome {
-            Ok(Ok(output)) => {
-                self.previous_samples.record(&batch, &output);
-                Ok(output)
+            Ok(result) => {
+                if result.is_ok() {
+                    self.consecutive_restarts = 0;
+                }
+                result
             }
-            Ok(Err(error)) => Err(error),
             Err(panic) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown panic".into());
-                tracing::error!(%message, "executor panicked; resetting its state");
-                self.executor.reset();
-                Err(ExecutorError::Panicked(message))
+                tracing::error!(message = panic_message(&*panic), "executor panicked; restarting it");
+                Err(self.restart())
             }
         }
     }
 }
 
+impl<E: Executor> ExecutorActor<E> {
+    fn new(executor: E, supervision: Supervision) -> Self {
+        Self {
+            executor,
+            last_step_end: None,
+            previous_samples: PreviousSamples::default(),
+            supervision,
+            consecutive_restarts: 0,
+        }
+    }
+
+    /// One step, every stage of which may panic.
+    fn run_step(&mut self, msg: &ExecuteBatch) -> Result<ModelOutput, ExecutorError> {
+        let start = Instant::now();
+        let idle = self.last_step_end.map(|end| start.duration_since(end));
+        self.executor.checkpoint(StepStage::BeforeExecute, &msg.batch);
+        let resolved = self.previous_samples.resolve(&msg.batch);
+        // Those samples served this step only; a failed step leaves none behind.
+        self.previous_samples.clear();
+        let batch: Arc<SchedulerOutput> = resolved?;
+        self.executor.checkpoint(StepStage::Execute, &batch);
+        let output = self.executor.execute(&batch)?;
+        self.executor.checkpoint(StepStage::AfterExecute, &batch);
+        self.previous_samples.record(&batch, &output);
+        tracing::debug!(
+            sequences = batch.sequences.len(),
+            tokens = batch.num_tokens(),
+            busy_us = start.elapsed().as_micros() as u64,
+            idle_us = idle.map(|d| d.as_micros() as u64),
+            "executed a step"
+        );
+        Ok(output)
+    }
+
+    /// Rebuilds the executor's state (a reset that panics is retried, each try counting as
+    /// a restart) or, with restarts exhausted, marks the engine dead.
+    fn restart(&mut self) -> ExecutorError {
+        self.previous_samples.clear();
+        let health = &self.supervision.health;
+        let mut restarts = 0;
+        loop {
+            if self.consecutive_restarts >= self.supervision.max_restarts {
+                let reason = format!(
+                    "the executor panicked after {} restarts without a successful step",
+                    self.consecutive_restarts
+                );
+                tracing::error!(%reason, "the engine is dead");
+                health.dead(reason);
+                return ExecutorError::Dead { restarts };
+            }
+            self.consecutive_restarts += 1;
+            restarts += 1;
+            health.restarting();
+            let executor = &mut self.executor;
+            match catch_unwind(AssertUnwindSafe(|| executor.reset())) {
+                Ok(()) => {
+                    health.ready();
+                    tracing::warn!(restarts, "executor restarted with a fresh cache");
+                    return ExecutorError::Restarted { restarts };
+                }
+                Err(panic) => {
+                    tracing::error!(message = panic_message(&*panic), "executor reset panicked");
+                }
+            }
+        }
+    }
+}
+
+/// A panic's text, for the log only.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic")
+}
+
 /// Starts the executor on its own thread.
-pub fn start_executor<E: Executor>(executor: E) -> Addr<ExecutorActor<E>> {
+pub fn start_executor<E: Executor>(executor: E, supervision: Supervision) -> Addr<ExecutorActor<E>> {
     let slot = Mutex::new(Some(executor));
     SyncArbiter::start(1, move || {
         let executor = slot
@@ -74,10 +156,10 @@ pub fn start_executor<E: Executor>(executor: E) -> Addr<ExecutorActor<E>> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take()
             .expect("the executor thread is started once");
-        ExecutorActor {
-            executor,
-            last_step_end: None,
-            previous_samples: PreviousSamples::default(),
-        }
+        ExecutorActor::new(executor, supervision.clone())
     })
 }
+
+#[cfg(test)]
+#[path = "actor_tests.rs"]
+mod tests;

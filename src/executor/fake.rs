@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::Executor;
-use crate::engine::step::{ExecutorError, ModelOutput, SampledToken, SchedulerOutput};
+use crate::engine::step::{ExecutorError, ModelOutput, SampledToken, SchedulerOutput, StepStage};
 
 /// What the fake does on a step whose batch contains a given prompt token.
 #[derive(Debug, Clone, Default)]
@@ -14,8 +14,20 @@ pub struct FakeBehaviour {
     pub step_delay: Duration,
     /// Fail the step when a sequence runs this token.
     pub fail_on_token: Option<u32>,
-    /// Panic when a sequence runs this token.
+    /// Panic when a sequence runs this token, at `panic_stage` of the step.
     pub panic_on_token: Option<u32>,
+    /// Where in the step `panic_on_token` panics (inside `execute` by default).
+    pub panic_stage: StepStage,
+    /// The first this many resets panic (a reset that fails is retried as another restart).
+    pub panics_in_reset: usize,
+    /// Each reset takes this long (so a test can see the engine restarting).
+    pub reset_delay: Duration,
+    /// Hang this long inside `execute` when a sequence runs the token (the step watchdog).
+    pub stall_on_token: Option<(u32, Duration)>,
+}
+
+fn runs(batch: &SchedulerOutput, token: Option<u32>) -> bool {
+    token.is_some_and(|t| batch.sequences.iter().any(|s| s.token_ids.contains(&t)))
 }
 
 /// Emits `(last input token + 1) % vocab` for every sampled sequence.
@@ -24,6 +36,7 @@ pub struct FakeExecutor {
     pub vocab_size: u32,
     pub behaviour: FakeBehaviour,
     pub steps: usize,
+    pub resets: usize,
 }
 
 impl FakeExecutor {
@@ -32,6 +45,7 @@ impl FakeExecutor {
             vocab_size,
             behaviour,
             steps: 0,
+            resets: 0,
         }
     }
 }
@@ -42,11 +56,15 @@ impl Executor for FakeExecutor {
         if !self.behaviour.step_delay.is_zero() {
             std::thread::sleep(self.behaviour.step_delay);
         }
-        let runs = |t: Option<u32>| t.is_some_and(|t| batch.sequences.iter().any(|s| s.token_ids.contains(&t)));
-        if runs(self.behaviour.panic_on_token) {
+        if let Some((token, stall)) = self.behaviour.stall_on_token
+            && runs(batch, Some(token))
+        {
+            std::thread::sleep(stall);
+        }
+        if self.behaviour.panic_stage == StepStage::Execute && runs(batch, self.behaviour.panic_on_token) {
             panic!("fake executor told to panic");
         }
-        if runs(self.behaviour.fail_on_token) {
+        if runs(batch, self.behaviour.fail_on_token) {
             return Err(ExecutorError::Failed("fake executor told to fail".into()));
         }
         let sampled = batch
@@ -62,5 +80,21 @@ impl Executor for FakeExecutor {
         Ok(ModelOutput { sampled })
     }
 
-    fn reset(&mut self) {}
+    fn reset(&mut self) {
+        self.resets += 1;
+        std::thread::sleep(self.behaviour.reset_delay);
+        if self.resets <= self.behaviour.panics_in_reset {
+            panic!("fake executor told to panic in reset");
+        }
+    }
+
+    fn checkpoint(&mut self, stage: StepStage, batch: &SchedulerOutput) {
+        // A panic inside `execute` comes from `execute` itself.
+        if stage != StepStage::Execute
+            && stage == self.behaviour.panic_stage
+            && runs(batch, self.behaviour.panic_on_token)
+        {
+            panic!("fake executor told to panic at {stage:?}");
+        }
+    }
 }

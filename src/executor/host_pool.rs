@@ -35,6 +35,11 @@ impl HostKvPool {
         }
     }
 
+    /// Forgets every copy (the requests they belonged to failed with an executor restart).
+    pub fn clear(&mut self) {
+        self.blocks.iter_mut().for_each(|b| *b = None);
+    }
+
     /// Host blocks currently holding data.
     pub fn num_occupied(&self) -> usize {
         self.blocks.iter().filter(|b| b.is_some()).count()

@@ -10,11 +10,15 @@ pub mod sampler;
 
 pub use actor::{ExecutorActor, start_executor};
 
-use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
+use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput, StepStage};
 
 /// Something that can run a step: the burn model, or a fake in tests.
 pub trait Executor: Send + Unpin + 'static {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError>;
-    /// Discards all device state after a failure (the KV cache may be half-written).
+    /// Discards all device and host KV state after a panic (the cache may be half-written),
+    /// dropping the old cache before allocating the new one.
     fn reset(&mut self);
+    /// Called by the executor actor as a step reaches `stage`: a fault-injection point for
+    /// the fake executor; the real one does nothing.
+    fn checkpoint(&mut self, _stage: StepStage, _batch: &SchedulerOutput) {}
 }

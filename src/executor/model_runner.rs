@@ -100,6 +100,17 @@ impl Executor for ModelRunner {
     }
 
     fn reset(&mut self) {
-        self.cache = PagedKvCache::new(self.cache.geometry(), &self.model.device);
+        let geometry = self.cache.geometry();
+        // The old cache goes first (a layerless cache holds no tensors), so a restart never
+        // needs the memory of two caches.
+        self.cache = PagedKvCache::new(
+            CacheGeometry {
+                num_layers: 0,
+                ..geometry
+            },
+            &self.model.device,
+        );
+        self.host.clear();
+        self.cache = PagedKvCache::new(geometry, &self.model.device);
     }
 }

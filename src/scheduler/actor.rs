@@ -15,9 +15,9 @@ use super::policy::{Scheduler, StepResult};
 use super::request::NewRequest;
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
-use crate::engine::step::{ExecuteBatch, SchedulerOutput};
+use crate::engine::step::{ExecuteBatch, ExecutorError, SchedulerOutput};
 use crate::engine::types::RequestId;
-use crate::stats::actor::{AdmissionRejected, RecordStep, StatsActor};
+use crate::stats::actor::{AdmissionRejected, EngineRestarted, RecordStep, StatsActor};
 use crate::stats::data::{IterationStats, SchedulerStats};
 
 pub struct SchedulerActor {
@@ -27,6 +27,8 @@ pub struct SchedulerActor {
     channels: HashMap<RequestId, UnboundedSender<TokenEvent>>,
     /// Steps sent to the executor and not answered: one running, one queued at most.
     steps: StepsInFlight,
+    /// Shutdown's grace period is over: new requests are refused.
+    closed: bool,
 }
 
 impl SchedulerActor {
@@ -37,6 +39,7 @@ impl SchedulerActor {
             stats,
             channels: HashMap::new(),
             steps: StepsInFlight::default(),
+            closed: false,
         }
     }
 
@@ -67,20 +70,32 @@ impl SchedulerActor {
             batch: Arc::clone(&batch),
         });
         ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            let output = match result {
-                Ok(Ok(output)) => Ok(output),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(mailbox) => Err(mailbox.to_string()),
-            };
-            act.steps.returned(output.is_err());
+            act.steps.returned(!matches!(result, Ok(Ok(_))));
             let now = Instant::now();
-            let step = match output {
-                Ok(output) => act.scheduler.update_from_output(&batch, output, now),
-                Err(error) => act.fail_batch(EngineError::Executor(error), now),
+            let step = match result {
+                Ok(Ok(output)) => act.scheduler.update_from_output(&batch, output, now),
+                Ok(Err(error)) => act.fail_step(error, now),
+                Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
             };
             act.publish(step);
             act.step(ctx);
         }));
+    }
+
+    /// A step failed. After a panic the executor came back with an empty cache (or not at
+    /// all): the requests with KV state there fail and the prefix cache is forgotten.
+    fn fail_step(&mut self, error: ExecutorError, now: Instant) -> StepResult {
+        let engine_error = EngineError::Executor(error.to_string());
+        match error {
+            ExecutorError::Failed(_) => self.fail_batch(engine_error, now),
+            ExecutorError::Restarted { restarts } | ExecutorError::Dead { restarts } => {
+                tracing::error!(%engine_error, "failing the executor's requests, clearing the prefix cache");
+                if restarts > 0 {
+                    self.stats.do_send(EngineRestarted { restarts });
+                }
+                self.scheduler.reset_after_executor_restart(&engine_error, now)
+            }
+        }
     }
 
     /// The executor lost its cache state: every running request fails, including those in
@@ -153,6 +168,9 @@ impl Handler<Generate> for SchedulerActor {
     type Result = Result<(), EngineError>;
 
     fn handle(&mut self, msg: Generate, ctx: &mut Context<Self>) -> Self::Result {
+        if self.closed {
+            return Err(EngineError::Unavailable);
+        }
         let request = NewRequest {
             id: msg.id.clone(),
             prompt_token_ids: msg.prompt_token_ids,
@@ -181,6 +199,37 @@ impl Handler<Abort> for SchedulerActor {
         let aborted = self.abort([msg.id], msg.reason);
         self.publish(aborted);
         self.step(ctx);
+    }
+}
+
+/// Shutdown's grace period is over: every request still in the engine ends with
+/// [`EngineError::Unavailable`], and new ones are refused.
+#[derive(Debug, Message)]
+#[rtype(result = "usize")]
+pub struct AbortAll;
+
+impl Handler<AbortAll> for SchedulerActor {
+    type Result = usize;
+
+    fn handle(&mut self, _: AbortAll, _: &mut Context<Self>) -> usize {
+        self.closed = true;
+        let ids: Vec<RequestId> = self.channels.keys().cloned().collect();
+        let mut aborted = self.abort(ids, AbortReason::ClientGone);
+        // Their clients are still there: they get an error, not a plain end.
+        for (_, event) in &mut aborted.events {
+            *event = TokenEvent::Failed {
+                error: EngineError::Unavailable,
+            };
+        }
+        let count = aborted.events.len();
+        if count > 0 {
+            tracing::warn!(
+                requests = count,
+                "shutdown grace period over; aborting the requests left"
+            );
+        }
+        self.publish(aborted);
+        count
     }
 }
 

@@ -9,10 +9,12 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use super::SchedulerActor;
 use crate::engine::events::TokenEvent;
+use crate::engine::health::EngineHealth;
 use crate::engine::messages::Generate;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput};
 use crate::engine::types::{FinishReason, Operation};
+use crate::executor::actor::Supervision;
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
 use crate::executor::{Executor, start_executor};
 use crate::scheduler::policy::{PreemptionMode, Scheduler, SchedulerConfig};
@@ -84,12 +86,18 @@ impl Executor for NeedsNextStepQueued {
 async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
     const MAX_TOKENS: usize = 12;
     let sent = Arc::new(SentSteps::default());
-    let executor = start_executor(NeedsNextStepQueued {
-        fake: FakeExecutor::new(1000, FakeBehaviour::default()),
-        sent: Arc::clone(&sent),
-        // The prompt's step samples the first token; one step per token after it.
-        last_step: MAX_TOKENS,
-    });
+    let executor = start_executor(
+        NeedsNextStepQueued {
+            fake: FakeExecutor::new(1000, FakeBehaviour::default()),
+            sent: Arc::clone(&sent),
+            // The prompt's step samples the first token; one step per token after it.
+            last_step: MAX_TOKENS,
+        },
+        Supervision {
+            health: Arc::new(EngineHealth::new()),
+            max_restarts: 0,
+        },
+    );
     let tap = Tap {
         executor: executor.recipient(),
         sent: Arc::clone(&sent),

@@ -515,6 +515,36 @@ impl Scheduler {
         result
     }
 
+    /// The executor restarted with an empty cache and host pool: fails every request whose
+    /// KV state lived there (running and swapped) and forgets every block, the prefix cache
+    /// included, so no later lookup hits a wiped block. Waiting requests hold no blocks and
+    /// stay queued (a preempted one is recomputed).
+    pub fn reset_after_executor_restart(&mut self, error: &EngineError, now: Instant) -> StepResult {
+        let mut failed = Vec::new();
+        for request in std::mem::take(&mut self.swapped) {
+            self.blocks.free_swapped(&request.id);
+            let (id, _, stats) = Self::finish(request, FinishReason::Error, Some(error.error_type()), now);
+            failed.push((id, stats));
+        }
+        let mut result = self.fail_running(error, now);
+        for (id, stats) in failed {
+            result.events.push((id, TokenEvent::Failed { error: error.clone() }));
+            result.iteration_stats.finished.push(stats);
+        }
+        self.blocks = BlockManager::with_config(BlockManagerConfig {
+            num_gpu_blocks: self.config.num_gpu_blocks,
+            num_cpu_blocks: self.config.num_cpu_blocks,
+            block_size: self.config.block_size,
+            enable_prefix_caching: self.config.enable_prefix_caching,
+        });
+        result
+    }
+
+    /// Blocks registered in the prefix cache (tests check a restart empties it).
+    pub fn num_cached_blocks(&self) -> usize {
+        self.blocks.num_cached_blocks()
+    }
+
     /// Stats accumulated outside a step (aborts), with the current gauges.
     pub fn take_pending(&mut self) -> StepResult {
         StepResult {

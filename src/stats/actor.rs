@@ -65,6 +65,13 @@ pub struct AdmissionRejected {
     pub reason: &'static str,
 }
 
+/// The executor panicked and was restarted `restarts` times (`kiln_engine_restarts_total`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct EngineRestarted {
+    pub restarts: u32,
+}
+
 /// How the actor behaves besides recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatsActorConfig {
@@ -177,6 +184,16 @@ impl Handler<AdmissionRejected> for StatsActor {
     }
 }
 
+impl Handler<EngineRestarted> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: EngineRestarted, _: &mut Self::Context) {
+        if let Some(i) = &self.instruments {
+            i.engine.engine_restarts.add(u64::from(msg.restarts), &i.model);
+        }
+    }
+}
+
 fn method_attr(method: &'static str) -> KeyValue {
     KeyValue::new("http.request.method", method)
 }
@@ -211,6 +228,7 @@ impl Instruments {
         }
         self.engine.avg_prompt_throughput.record(0.0, &self.model);
         self.engine.avg_generation_throughput.record(0.0, &self.model);
+        self.engine.engine_restarts.add(0, &self.model);
     }
 
     fn record_step(&self, s: &SchedulerStats, it: &IterationStats) {
@@ -434,6 +452,18 @@ mod tests {
         let name = "vllm:admission_rejections_total";
         assert_eq!(value(&text, name, &[("reason", "queue_full")]), Some(2.0));
         assert_eq!(value(&text, name, &[("reason", "too_long")]), Some(1.0));
+    }
+
+    #[actix::test]
+    async fn engine_restarts_are_counted_under_kilns_own_name() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let stats = StatsActor::new(t.instruments.clone(), quiet()).start();
+        let text = render_metrics(&t.registry).unwrap();
+        assert_eq!(value(&text, "kiln_engine_restarts_total", &[]), Some(0.0));
+        stats.do_send(EngineRestarted { restarts: 1 });
+        stats.send(EngineRestarted { restarts: 2 }).await.unwrap();
+        let text = render_metrics(&t.registry).unwrap();
+        assert_eq!(value(&text, "kiln_engine_restarts_total", &[]), Some(3.0));
     }
 
     #[test]

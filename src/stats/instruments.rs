@@ -107,6 +107,14 @@ pub mod engine {
     pub const ITERATION_TOKENS: HistogramSpec = hist("iteration_tokens_total", "{token}", "Tokens run through the model per engine step (prefill + decode).", B::IterationTokens);
 }
 
+/// kiln's own families: named `kiln_*` whatever the engine prefix, label `model_name`.
+#[rustfmt::skip]
+pub mod kiln {
+    use super::{Spec, spec};
+
+    pub const ENGINE_RESTARTS: Spec = spec("kiln_engine_restarts", "{restart}", "Executor restarts after a panic; each failed its step's requests and emptied the KV and prefix caches.");
+}
+
 /// GenAI semantic-convention instruments (no prefix).
 #[rustfmt::skip]
 pub mod gen_ai {
@@ -299,6 +307,7 @@ pub(super) struct EngineInstruments {
     pub prefix_cache_queries: Counter<u64>,
     pub prefix_cache_hits: Counter<u64>,
     pub admission_rejections: Counter<u64>,
+    pub engine_restarts: Counter<u64>,
     pub time_to_first_token: Histogram<f64>,
     pub inter_token_latency: Histogram<f64>,
     pub time_per_output_token: Histogram<f64>,
@@ -448,6 +457,11 @@ impl Instruments {
             prefix_cache_queries: counter(e::PREFIX_CACHE_QUERIES),
             prefix_cache_hits: counter(e::PREFIX_CACHE_HITS),
             admission_rejections: counter(e::ADMISSION_REJECTIONS),
+            engine_restarts: meter
+                .u64_counter(kiln::ENGINE_RESTARTS.name)
+                .with_unit(kiln::ENGINE_RESTARTS.unit)
+                .with_description(kiln::ENGINE_RESTARTS.description)
+                .build(),
             time_to_first_token: hist_f64(e::TIME_TO_FIRST_TOKEN, p),
             inter_token_latency: hist_f64(e::INTER_TOKEN_LATENCY, p),
             time_per_output_token: hist_f64(e::TIME_PER_OUTPUT_TOKEN, p),

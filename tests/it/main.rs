@@ -7,6 +7,8 @@ mod api_tiny;
 mod benchmarks;
 mod common;
 mod disconnects;
+mod draining;
+mod faults;
 mod model_formats;
 mod openai_client;
 mod otlp_push;
