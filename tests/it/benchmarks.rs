@@ -201,3 +201,32 @@ fn bench_engine_reports_prefill_decode_and_both_kernels() {
             .all(|r| r["packed_q4_1_gflops"].as_f64().is_some_and(|g| g > 0.0))
     );
 }
+
+#[test]
+fn bench_telemetry_serves_beside_a_hung_or_failing_collector() {
+    for collector in ["hung", "failing"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let json_path = dir.path().join("telemetry.json");
+        run(Command::new(example("bench_telemetry")).args([
+            "--rounds",
+            "1",
+            "--requests",
+            "8",
+            "--concurrency",
+            "2",
+            "--max-tokens",
+            "8",
+            "--collector",
+            collector,
+            "--output-json",
+            json_path.to_str().expect("utf-8 path"),
+        ]));
+        let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+        assert_eq!(report["collector"], collector);
+        for side in ["median_on", "median_off"] {
+            let tok_s = report[side].as_f64().unwrap_or(0.0);
+            assert!(tok_s > 0.0, "{collector}: {side} = {tok_s}: every request was served");
+        }
+        assert!(report["resident_kib_end"].as_u64().is_some_and(|k| k > 0), "{report}");
+    }
+}
