@@ -202,6 +202,69 @@ fn bench_engine_reports_prefill_decode_and_both_kernels() {
     );
 }
 
+/// Five seconds of mixed traffic (streams, chat, client aborts, bursts past a two-request
+/// waiting queue) against the tiny model: no 5xx, the server's counters agree with what the
+/// client saw, and the resident memory of the server (this process) is reported.
+#[test]
+fn soak_mixes_traffic_without_5xx_and_the_counters_match() {
+    let tiny = start_tiny(|c| {
+        c.engine.max_num_seqs = 2;
+        c.engine.max_waiting = 2;
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("soak.json");
+    let stdout = run(Command::new(example("soak")).args([
+        "--base-url",
+        &tiny.server.url(""),
+        "--duration-secs",
+        "5",
+        "--concurrency",
+        "3",
+        "--seed",
+        "7",
+        "--max-tokens",
+        "8",
+        "--prompt-words",
+        "12",
+        "--burst-size",
+        "16",
+        "--burst-interval-secs",
+        "1",
+        "--idle-timeout-secs",
+        "60",
+        "--server-pid",
+        &std::process::id().to_string(),
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json written"))
+        .unwrap_or_else(|e| panic!("soak JSON: {e}\n{stdout}"));
+    let requests = &report["requests"];
+    let count = |key: &str| {
+        requests[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("requests.{key} missing"))
+    };
+    assert_eq!(report["server_5xx"], 0, "{stdout}");
+    assert_eq!(count("server_5xx"), 0);
+    for key in ["other_4xx", "connection_errors", "bad_responses"] {
+        assert_eq!(count(key), 0, "{key}:\n{stdout}");
+    }
+    // The mix happened: completions, client aborts and refusals past the queue.
+    for key in ["ok", "aborted_by_client", "aborted_streaming", "rejected_429"] {
+        assert!(count(key) > 0, "no {key}:\n{stdout}");
+    }
+    assert_eq!(report["counters_match"], true, "{stdout}");
+    let checks = report["counter_checks"].as_array().expect("counter_checks");
+    assert!(checks.iter().all(|c| c["pass"] == true), "{stdout}");
+    for at in ["start", "middle", "end", "max_sampled"] {
+        let mib = report["rss_mib"][at]
+            .as_f64()
+            .unwrap_or_else(|| panic!("rss_mib.{at} missing"));
+        assert!(mib > 0.0, "rss_mib.{at} = {mib}");
+    }
+}
+
 #[test]
 fn bench_telemetry_serves_beside_a_hung_or_failing_collector() {
     for collector in ["hung", "failing"] {
