@@ -11,6 +11,11 @@
 //! With `--scrape-metrics` it reads the server's `/metrics` before and after and prints the
 //! server's own token counts and latency means beside the client's.
 
+#[path = "common/server_probe.rs"]
+mod server_probe;
+
+use server_probe::{first_model, scrape};
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Condvar, Mutex};
@@ -115,14 +120,6 @@ fn prompts(args: &Args, rng: &mut StdRng) -> anyhow::Result<Vec<(String, usize)>
             (text.join(" "), vary(args.output_len, rng))
         })
         .collect())
-}
-
-fn first_model(client: &reqwest::blocking::Client, base: &str) -> anyhow::Result<String> {
-    let models: Value = client.get(format!("{base}/v1/models")).send()?.json()?;
-    models["data"][0]["id"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow::anyhow!("no model listed"))
 }
 
 fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt: &str, max_tokens: usize) -> Outcome {
@@ -236,26 +233,6 @@ fn stats(mut v: Vec<f64>) -> Value {
     json!({"mean": v.iter().sum::<f64>() / v.len() as f64 * 1e3, "p50": p(0.5), "p90": p(0.9), "p99": p(0.99)})
 }
 
-/// Sums of the engine's own counters and histogram sums/counts in a `/metrics` text.
-fn scrape(client: &reqwest::blocking::Client, base: &str) -> std::collections::HashMap<String, f64> {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .and_then(|r| r.text())
-        .unwrap_or_default();
-    let mut sums = std::collections::HashMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let name = series.split('{').next().unwrap_or(series);
-        if let Ok(v) = value.parse::<f64>() {
-            *sums.entry(name.to_string()).or_default() += v;
-        }
-    }
-    sums
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // A fresh connection per request: a pooled keep-alive connection that the server has
@@ -282,7 +259,9 @@ fn main() -> anyhow::Result<()> {
             at
         })
         .collect();
-    let before = args.scrape_metrics.then(|| scrape(&client, &args.base_url));
+    let before = args
+        .scrape_metrics
+        .then(|| scrape(&client, &args.base_url).unwrap_or_default());
     let bar = ProgressBar::new(work.len() as u64);
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} requests [{elapsed}]",
@@ -360,7 +339,7 @@ fn main() -> anyhow::Result<()> {
         );
     }
     if let Some(before) = before {
-        let after = scrape(&client, &args.base_url);
+        let after = scrape(&client, &args.base_url).unwrap_or_default();
         let delta = |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
         let mean_ms = |k: &str| {
             let n = delta(&format!("{k}_count"));

@@ -13,6 +13,11 @@
 //! with 500: serving must not notice, and the process's resident memory is recorded before and
 //! after to show nothing piles up.
 
+#[path = "common/server_probe.rs"]
+mod server_probe;
+
+use server_probe::rss_mib;
+
 use std::time::Instant;
 
 use clap::Parser;
@@ -76,11 +81,9 @@ fn broken_collector(kind: Collector) -> anyhow::Result<String> {
     Ok(url)
 }
 
-/// This process's resident memory in KiB (Linux), for the memory-stays-bounded figure.
+/// This process's resident memory in KiB, for the memory-stays-bounded figure.
 fn resident_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    rss_mib(Some(std::process::id())).map(|mib| (mib * 1024.0) as u64)
 }
 
 fn server(model: &str, telemetry: bool, otlp_endpoint: Option<&str>) -> anyhow::Result<TestServer> {

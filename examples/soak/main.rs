@@ -23,6 +23,8 @@
 //! With no aborts every check is an equality.
 
 mod probe;
+#[path = "../common/server_probe.rs"]
+mod server_probe;
 mod tally;
 mod traffic;
 
@@ -36,7 +38,8 @@ use rand::rngs::StdRng;
 use reqwest::blocking::Client;
 use serde_json::{Value, json};
 
-use probe::{cpu_info, first_model, idle_scrape, rss_mib};
+use probe::{cpu_info, idle_scrape};
+use server_probe::{first_model, rss_mib};
 use tally::{Tally, counter_checks};
 use traffic::{Outcome, Prompts, Spec, burst_spec, draw, send, warm_up};
 

@@ -1,5 +1,5 @@
-//! What the soak reads from the server besides its answers: the model name, `/metrics`,
-//! `/load`, and (from /proc) its resident memory and the CPU it runs on.
+//! What the soak reads from the server beyond `common/server_probe.rs`: `/metrics` once the
+//! server is idle, and the CPU it runs on.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -7,41 +7,7 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::Client;
 use serde_json::{Value, json};
 
-/// The first model `/v1/models` lists.
-pub fn first_model(client: &Client, base: &str) -> anyhow::Result<String> {
-    let models: Value = client.get(format!("{base}/v1/models")).send()?.json()?;
-    models["data"][0]["id"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow::anyhow!("no model listed"))
-}
-
-/// Counter sums from `/metrics`: by name, and by `name{reason}` for series with a
-/// `finished_reason` label.
-pub fn scrape(client: &Client, base: &str) -> anyhow::Result<HashMap<String, f64>> {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()?
-        .error_for_status()?
-        .text()?;
-    let mut sums = HashMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        let name = series.split('{').next().unwrap_or(series);
-        *sums.entry(name.to_string()).or_default() += v;
-        if let Some(rest) = series.split_once("finished_reason=\"").map(|(_, r)| r)
-            && let Some((reason, _)) = rest.split_once('"')
-        {
-            *sums.entry(format!("{name}{{{reason}}}")).or_default() += v;
-        }
-    }
-    Ok(sums)
-}
+use crate::server_probe::scrape;
 
 /// Waits until `/load` reports nothing running, waiting or swapped, then scrapes until two
 /// scrapes agree (the stats reach the exporter a moment after the scheduler lets go).
@@ -87,14 +53,6 @@ pub fn idle_scrape(
         }
     }
     Ok(last)
-}
-
-/// Resident memory of `pid` in MiB (VmRSS of /proc/PID/status).
-pub fn rss_mib(pid: Option<u32>) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 /// The CPU model and its SIMD flags, so figures from different machines are not confused.
