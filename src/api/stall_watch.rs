@@ -54,6 +54,27 @@ impl Wake for RecordingWaker {
 pub struct StallWatch<S> {
     inner: S,
     state: Arc<Mutex<WatchState>>,
+    /// The recording waker handed to `inner`, kept while actix polls with the same waker
+    /// (the usual case), so a poll costs no allocation.
+    /// `(outer, recording)`: the task's waker and the one wrapping it.
+    waker: Option<(Waker, Waker)>,
+}
+
+impl<S> StallWatch<S> {
+    /// A waker that records the wake-up, then wakes `outer` (the task polling the body).
+    fn recording_waker(&mut self, outer: &Waker) -> Waker {
+        if let Some((cached_outer, recording)) = &self.waker
+            && cached_outer.will_wake(outer)
+        {
+            return recording.clone();
+        }
+        let recording = Waker::from(Arc::new(RecordingWaker {
+            state: Arc::clone(&self.state),
+            inner: outer.clone(),
+        }));
+        self.waker = Some((outer.clone(), recording.clone()));
+        recording
+    }
 }
 
 impl<S: Stream + Unpin> Stream for StallWatch<S> {
@@ -61,10 +82,7 @@ impl<S: Stream + Unpin> Stream for StallWatch<S> {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         lock(&self.state).ready_since = None;
-        let waker = Waker::from(Arc::new(RecordingWaker {
-            state: Arc::clone(&self.state),
-            inner: cx.waker().clone(),
-        }));
+        let waker = self.recording_waker(cx.waker());
         let next = Pin::new(&mut self.inner).poll_next(&mut Context::from_waker(&waker));
         let mut state = lock(&self.state);
         match &next {
@@ -107,5 +125,9 @@ pub fn watch_stalls<S: Stream + Unpin>(body: S, handles: Vec<AbortHandle>, timeo
             }
         }
     });
-    StallWatch { inner: body, state }
+    StallWatch {
+        inner: body,
+        state,
+        waker: None,
+    }
 }
