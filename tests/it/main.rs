@@ -13,6 +13,7 @@ mod model_formats;
 mod openai_client;
 mod otlp_push;
 mod overload;
+mod process_lifecycle;
 mod reference_parity;
 mod scheduler_pressure;
 mod slow_clients;

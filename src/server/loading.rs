@@ -1,0 +1,48 @@
+//! What the public port answers while the model loads: liveness 200, readiness 503
+//! "loading", and an OpenAI-style 503 for everything else, so a load balancer or an
+//! orchestrator sees a live process that is not ready yet instead of a refused connection.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::header::RETRY_AFTER;
+use actix_web::{App, HttpResponse, HttpServer, ResponseError, web};
+
+use crate::api::errors::ApiError;
+use crate::engine::health::EngineHealth;
+
+/// Serves probes on a clone of the public listener until the returned handle stops it;
+/// the listener itself stays open for the engine's server.
+pub fn serve_while_loading(listener: TcpListener, health: Arc<EngineHealth>) -> anyhow::Result<ServerHandle> {
+    let health = web::Data::from(health);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(health.clone())
+            .route("/health", web::get().to(HttpResponse::Ok))
+            .route("/ready", web::get().to(readiness))
+            .default_service(web::to(not_yet))
+    })
+    .workers(1)
+    .disable_signals()
+    // Each answer closes its connection, so stopping this server waits for nobody.
+    .keep_alive(actix_web::http::KeepAlive::Disabled)
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    Ok(handle)
+}
+
+async fn readiness(health: web::Data<EngineHealth>) -> HttpResponse {
+    HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": health.state().name() }))
+}
+
+async fn not_yet() -> HttpResponse {
+    let mut response = ApiError::Unavailable("The model is loading; retry shortly.".into()).error_response();
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, actix_web::http::header::HeaderValue::from_static("1"));
+    response
+}

@@ -1,0 +1,231 @@
+//! Wiring: load the model, start the four actors, serve HTTP.
+//!
+//! The public listener is bound before the model loads, so probes get answers (`/health`
+//! 200, `/ready` 503 "loading") instead of refused connections while the weights load; the
+//! same socket then serves the engine, and connections made in between wait in its backlog.
+
+mod listeners;
+#[cfg(feature = "testing")]
+pub mod load_gate;
+mod loading;
+mod prepare;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Addr};
+use actix_web::{App, HttpServer, web};
+use anyhow::Context as _;
+
+use crate::api::{self, AppState, ServedModel};
+use crate::config::Config;
+use crate::engine::health::EngineHealth;
+use crate::executor::actor::Supervision;
+use crate::executor::model_runner::ModelRunner;
+use crate::executor::{Executor, start_executor};
+use crate::lifecycle::{ABORT_FLUSH, Drain, drain_on_signal, spawn_step_watchdog};
+use crate::model::loader::open_model;
+use crate::scheduler::actor::SchedulerActor;
+use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::stats::actor::{StatsActor, StatsActorConfig};
+use crate::stats::exporter::Telemetry;
+use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers};
+use crate::stats::instruments::HistogramBuckets;
+use crate::stats::otlp::build_otlp_reader;
+use listeners::{bind_public, send_buffer_setter, start_metrics_listener};
+pub use prepare::{CacheSizing, prepare_engine, prepare_model, resolve_model_path};
+
+/// A model ready to serve: the executor and everything around it.
+pub struct PreparedEngine<E: Executor> {
+    pub served: ServedModel,
+    pub executor: E,
+    pub scheduler: SchedulerConfig,
+    pub end_of_generation: Vec<u32>,
+}
+
+/// A started server.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub server: actix_web::dev::Server,
+    /// The separate `/metrics` listener (`telemetry.metrics_listen`), already running.
+    pub metrics_addr: Option<SocketAddr>,
+    pub scheduler: Addr<SchedulerActor>,
+    pub stats: Addr<StatsActor>,
+    /// Flushes the final OTLP export on shutdown.
+    pub telemetry: Arc<Telemetry>,
+    /// Liveness and readiness.
+    pub health: Arc<EngineHealth>,
+}
+
+/// `kiln serve`: bind, load while answering probes, start, and serve until stopped.
+/// SIGTERM/SIGINT drain and return `Ok`; an engine that dies for good (restarts exhausted, a
+/// hung step) returns an error, so the process exits non-zero and its supervisor restarts it.
+pub fn run_blocking(config: Config) -> anyhow::Result<()> {
+    let listener = bind_public(&config)?;
+    actix_web::rt::System::new().block_on(async move {
+        let health = Arc::new(EngineHealth::new());
+        let loading = loading::serve_while_loading(listener.try_clone()?, health.clone())?;
+        tracing::info!("loading; probes answered on http://{}", listener.local_addr()?);
+        let prepared = {
+            let config = config.clone();
+            actix_web::rt::task::spawn_blocking(move || load(&config))
+                .await
+                .context("the loading thread panicked")?
+        };
+        loading.stop(true).await;
+        let prepared = prepared?;
+        let running = start_on(&config, prepared, listener, health).await?;
+        tracing::info!("serving on http://{}", running.addr);
+        let handle = running.server.handle();
+        actix_web::rt::spawn(drain_on_signal(Drain {
+            server: handle.clone(),
+            health: running.health.clone(),
+            scheduler: running.scheduler.clone(),
+            grace: Duration::from_secs_f64(config.server.shutdown_grace_period_s),
+        }));
+        let health = running.health.clone();
+        let dead = tokio::select! {
+            served = running.server => {
+                served.context("http server")?;
+                None
+            }
+            reason = health.wait_dead() => Some(reason),
+        };
+        if let Some(reason) = dead {
+            handle.stop(false).await;
+            running.telemetry.shutdown().ok();
+            anyhow::bail!("the engine is dead: {reason}");
+        }
+        tracing::info!("drained; flushing telemetry");
+        running.telemetry.shutdown().ok();
+        Ok(())
+    })
+}
+
+/// Finds (fetching on first use), opens and prepares the model: the slow part of startup.
+fn load(config: &Config) -> anyhow::Result<PreparedEngine<ModelRunner>> {
+    let started = Instant::now();
+    #[cfg(feature = "testing")]
+    load_gate::hold_load_while_gated();
+    let path = resolve_model_path(config)?;
+    let prepared = prepare_model(config, open_model(&path)?)?;
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "model loaded");
+    Ok(prepared)
+}
+
+/// Starts the stats, executor and scheduler actors and the HTTP server on the address the
+/// config names (must run inside an actix system).
+pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) -> anyhow::Result<RunningServer> {
+    let listener = bind_public(config)?;
+    start_on(config, prepared, listener, Arc::new(EngineHealth::new())).await
+}
+
+/// Starts the actors and serves HTTP on `listener`; `health` is turned ready once serving.
+pub async fn start_on<E: Executor>(
+    config: &Config,
+    prepared: PreparedEngine<E>,
+    listener: TcpListener,
+    health: Arc<EngineHealth>,
+) -> anyhow::Result<RunningServer> {
+    let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
+        Some(otlp) => {
+            tracing::info!(endpoint = %otlp.endpoint, protocol = otlp.protocol.as_str(), "pushing metrics over OTLP");
+            vec![build_otlp_reader(&otlp)?]
+        }
+        None => Vec::new(),
+    };
+    let telemetry = build_telemetry_with_readers(
+        &TelemetryConfig {
+            enabled: config.telemetry.enabled,
+            engine_prefix: config.telemetry.engine_prefix.clone(),
+            model_name: prepared.served.name.clone(),
+            service_name: "kiln".into(),
+            service_instance_id: uuid::Uuid::new_v4().to_string(),
+            buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
+            cache_info: CacheConfigInfo {
+                block_size: prepared.scheduler.block_size as u64,
+                num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
+                num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
+                enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
+            },
+        },
+        push_readers,
+    )?;
+    let stats_config = StatsActorConfig {
+        log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
+    };
+    let stats = StatsActor::new(telemetry.instruments.clone(), stats_config).start();
+    let executor = start_executor(
+        prepared.executor,
+        Supervision {
+            health: health.clone(),
+            max_restarts: config.engine.max_engine_restarts,
+        },
+    );
+    spawn_step_watchdog(health.clone(), Duration::from_secs_f64(config.engine.step_timeout_s));
+    let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
+    let scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).start();
+    let telemetry = Arc::new(telemetry);
+    let state = web::Data::new(AppState {
+        model: prepared.served,
+        scheduler: scheduler.clone(),
+        stats: stats.clone(),
+        registry: telemetry.registry.clone(),
+        per_request_metrics: config.server.enable_per_request_metrics,
+        limits: config.limits.clone(),
+        stream_stall_timeout: Duration::from_secs_f64(config.server.stream_stall_timeout_s),
+        _telemetry: Arc::clone(&telemetry),
+    });
+    let body_limit = config.server.max_request_body_bytes;
+    let body_timeout = web::Data::new(crate::api::body_deadline::BodyTimeout(Duration::from_secs_f64(
+        config.server.request_body_timeout_s,
+    )));
+    let stats_for_http = stats.clone();
+    let health_data = web::Data::from(health.clone());
+    // Draining outlasts the grace period by the time the aborted requests' errors need.
+    let shutdown_timeout = (Duration::from_secs_f64(config.server.shutdown_grace_period_s) + ABORT_FLUSH).as_secs();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(health_data.clone())
+            .app_data(crate::api::errors::json_config(body_limit))
+            .app_data(web::PayloadConfig::new(body_limit))
+            .app_data(body_timeout.clone())
+            .configure(api::routes)
+            .wrap(actix_web::middleware::from_fn(
+                crate::api::load_header::endpoint_load_metrics,
+            ))
+            .wrap(actix_web::middleware::from_fn(crate::api::body_deadline::body_deadline))
+            .wrap(actix_web::middleware::Compress::default())
+            .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
+    })
+    .workers(2)
+    // kiln drains on SIGTERM/SIGINT itself (`lifecycle::drain_on_signal`); actix's own
+    // handling would stop the whole actix system.
+    .disable_signals()
+    .shutdown_timeout(shutdown_timeout)
+    // A client that half-closes is gone (as uvicorn treats it in front of vLLM): actix then
+    // drops the handler, whose choices abort in the engine. Otherwise a non-streaming
+    // request whose client left would run to its end, holding its KV blocks.
+    .h1_allow_half_closed(false)
+    .client_request_timeout(Duration::from_secs_f64(config.server.request_head_timeout_s))
+    .on_connect(send_buffer_setter(config.server.send_buffer_bytes))
+    .listen(listener)
+    .context("serving the public listener")?;
+    let addr = server.addrs().first().copied().context("no bound address")?;
+    let metrics_addr = match config.telemetry.metrics_listen.as_str() {
+        "" => None,
+        listen => Some(start_metrics_listener(listen, telemetry.registry.clone())?),
+    };
+    health.ready();
+    Ok(RunningServer {
+        addr,
+        server: server.run(),
+        metrics_addr,
+        scheduler,
+        stats,
+        telemetry,
+        health,
+    })
+}

@@ -1,0 +1,188 @@
+//! From model files to a [`PreparedEngine`]: weights on the device, the KV cache sized, the
+//! context length fitted to the cache, the chat template compiled.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::PreparedEngine;
+use crate::api::ServedModel;
+use crate::config::Config;
+use crate::executor::Executor;
+use crate::executor::model_runner::ModelRunner;
+use crate::kv_cache::capacity::context_length;
+use crate::kv_cache::device_cache::CacheGeometry;
+use crate::model::chat_template::ChatTemplate;
+use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
+use crate::model::loader::ModelFiles;
+use crate::model::tokenizer::token_id_bound;
+use crate::model::weights::{LoadOptions, build_llama};
+use crate::model::{Backend, default_device};
+use crate::scheduler::{PreemptionMode, SchedulerConfig};
+
+/// The configured model path, or the default model (fetched on first use).
+pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {
+    if !config.model.path.is_empty() {
+        return Ok(PathBuf::from(&config.model.path));
+    }
+    let cache = if config.model.cache_dir.is_empty() {
+        default_cache_dir()
+    } else {
+        PathBuf::from(&config.model.cache_dir)
+    };
+    Ok(ensure_default_model(&cache)?)
+}
+
+/// Puts the weights on the device, sizes the KV cache, and builds the executor.
+pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<PreparedEngine<ModelRunner>> {
+    let spinner = ProgressBar::new_spinner().with_message(format!(
+        "loading {} ({} layers, hidden {}) onto the device",
+        files.name, files.config.num_layers, files.config.hidden_size
+    ));
+    spinner.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    let device = default_device();
+    let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
+    spinner.finish_and_clear();
+
+    let sizing = CacheSizing::new(config, &files.config)?;
+    let geometry = CacheGeometry {
+        num_layers: files.config.num_layers,
+        num_blocks: sizing.num_gpu_blocks,
+        block_size: config.engine.block_size,
+        kv_dim: files.config.kv_dim(),
+    };
+    tracing::info!(
+        num_blocks = sizing.num_gpu_blocks,
+        block_size = config.engine.block_size,
+        tokens = sizing.num_gpu_blocks * config.engine.block_size,
+        mib = (sizing.num_gpu_blocks as u64 * sizing.bytes_per_block) >> 20,
+        host_blocks = sizing.num_cpu_blocks,
+        "KV cache"
+    );
+    let served_name = if config.server.served_model_name.is_empty() {
+        if config.model.path.is_empty() {
+            DEFAULT_MODEL_NAME.to_string()
+        } else {
+            files.name.clone()
+        }
+    } else {
+        config.server.served_model_name.clone()
+    };
+    let executor =
+        ModelRunner::new(llama, geometry, sizing.num_cpu_blocks).sampling_only_below(token_id_bound(&files.tokenizer));
+    prepare_engine(config, files, served_name, executor)
+}
+
+fn load_options(config: &Config) -> LoadOptions {
+    LoadOptions {
+        keep_quantized: LoadOptions::default().keep_quantized && !config.model.dequantize_weights,
+    }
+}
+
+/// How many KV blocks fit the device budget and the host swap pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSizing {
+    pub num_gpu_blocks: usize,
+    pub num_cpu_blocks: usize,
+    pub bytes_per_block: u64,
+}
+
+impl CacheSizing {
+    /// From `engine.kv_cache_memory` (or the override) and `engine.swap_space_gib`, at f32.
+    pub fn new(config: &Config, model: &crate::model::config::LlamaConfig) -> anyhow::Result<Self> {
+        let e = &config.engine;
+        let bytes_per_block = (e.block_size * model.kv_bytes_per_token(4)) as u64;
+        let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
+            e.num_gpu_blocks_override
+        } else {
+            (config.kv_cache_bytes() / bytes_per_block) as usize
+        };
+        anyhow::ensure!(
+            num_gpu_blocks > 0,
+            "engine.kv_cache_memory ({}) is smaller than one KV block ({bytes_per_block} bytes)",
+            e.kv_cache_memory
+        );
+        let num_cpu_blocks = (e.swap_space_gib * (1u64 << 30) as f64 / bytes_per_block as f64) as usize;
+        Ok(Self {
+            num_gpu_blocks,
+            num_cpu_blocks,
+            bytes_per_block,
+        })
+    }
+}
+
+/// Everything but the weights: shared by the real model and test executors.
+pub fn prepare_engine<E: Executor>(
+    config: &Config,
+    files: ModelFiles,
+    served_name: String,
+    executor: E,
+) -> anyhow::Result<PreparedEngine<E>> {
+    let CacheSizing {
+        num_gpu_blocks,
+        num_cpu_blocks,
+        ..
+    } = CacheSizing::new(config, &files.config)?;
+    let context = context_length(
+        config.engine.max_model_len,
+        files.config.max_position_embeddings,
+        num_gpu_blocks,
+        config.engine.block_size,
+    )?;
+    if context.clamped_to_cache {
+        tracing::warn!(
+            model_context = files.config.max_position_embeddings,
+            cache_tokens = num_gpu_blocks * config.engine.block_size,
+            max_model_len = context.max_model_len,
+            "the KV cache holds fewer tokens than the model's context: max_model_len is clamped to the \
+             cache; raise --kv-cache-memory for longer sequences"
+        );
+    }
+    let max_model_len = context.max_model_len;
+    let special = &files.special_tokens;
+    let id_bound = token_id_bound(&files.tokenizer);
+    let token_text = |id: Option<u32>| id.and_then(|id| files.tokenizer.id_to_token(id)).unwrap_or_default();
+    let chat_template = ChatTemplate::new(
+        files
+            .chat_template
+            .as_deref()
+            .unwrap_or(crate::model::chat_template::CHATML_TEMPLATE),
+        &token_text(special.bos),
+        &token_text(special.eos),
+    )?;
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(PreparedEngine {
+        served: ServedModel {
+            name: served_name,
+            tokenizer: Arc::new(files.tokenizer),
+            chat_template: Arc::new(chat_template),
+            max_model_len,
+            token_id_bound: id_bound,
+            created,
+        },
+        executor,
+        scheduler: SchedulerConfig {
+            max_num_seqs: config.engine.max_num_seqs,
+            max_num_batched_tokens: config.engine.max_num_batched_tokens,
+            max_model_len,
+            max_waiting: config.engine.max_waiting,
+            num_gpu_blocks,
+            block_size: config.engine.block_size,
+            num_cpu_blocks,
+            preemption_mode: if config.engine.preemption_mode == "swap" {
+                PreemptionMode::Swap
+            } else {
+                PreemptionMode::Recompute
+            },
+            enable_prefix_caching: config.engine.enable_prefix_caching,
+            async_scheduling: config.engine.async_scheduling,
+        },
+        end_of_generation: files.special_tokens.end_of_generation.clone(),
+    })
+}

@@ -1,0 +1,174 @@
+//! The real `kiln` binary as a child process on a tiny model, for tests of what only a
+//! process shows: startup, exit codes, signals, logs and resident memory. Killed when dropped.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kiln::testing::{TinyModelSpec, write_tiny_model};
+
+/// A `kiln serve` process on a freshly written tiny model, logging to a file.
+pub struct KilnProcess {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// How to start one.
+pub struct Launch {
+    pub spec: TinyModelSpec,
+    /// Flags after `serve --model M --port P`.
+    pub args: Vec<String>,
+    pub env: Vec<(String, OsString)>,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Self {
+            spec: TinyModelSpec {
+                context: 4096,
+                ..TinyModelSpec::default()
+            },
+            args: ["--kv-cache-memory", "64MiB"].map(String::from).to_vec(),
+            env: Vec::new(),
+        }
+    }
+}
+
+impl Launch {
+    pub fn arg(mut self, flag: &str, value: &str) -> Self {
+        self.args.extend([flag.to_string(), value.to_string()]);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl Into<OsString>) -> Self {
+        self.env.push((key.to_string(), value.into()));
+        self
+    }
+
+    /// Starts the process without waiting for it to become ready.
+    pub fn spawn(self) -> KilnProcess {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let model = write_tiny_model(dir.path(), self.spec).expect("tiny model");
+        let port = free_port();
+        let log = dir.path().join("kiln.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["serve", "--model"])
+            .arg(&model)
+            .args(["--port", &port.to_string()])
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .envs(self.env)
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).expect("log file"))
+            .spawn()
+            .expect("kiln starts");
+        KilnProcess { child, port, log, dir }
+    }
+
+    /// Starts the process and waits until `/ready` answers 200.
+    pub fn start(self) -> KilnProcess {
+        let mut kiln = self.spawn();
+        kiln.wait_ready();
+        kiln
+    }
+}
+
+impl KilnProcess {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// A scratch folder that lives as long as the process.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A GET's status, `None` when the connection is refused or times out.
+    pub fn status_of(&self, path: &str) -> Option<u16> {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .expect("client");
+        client.get(self.url(path)).send().ok().map(|r| r.status().as_u16())
+    }
+
+    /// `/ready`'s status, `None` when the connection is refused.
+    pub fn ready(&self) -> Option<u16> {
+        self.status_of("/ready")
+    }
+
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.ready() != Some(200) {
+            assert!(Instant::now() < deadline, "kiln never became ready:\n{}", self.logs());
+            let exited = self.child.try_wait().expect("try_wait");
+            assert!(
+                exited.is_none(),
+                "kiln exited while starting ({exited:?}):\n{}",
+                self.logs()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "kiln did not exit:\n{}", self.logs());
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Resident memory, from `/proc/PID/status`.
+    pub fn resident_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS");
+        kib * 1024
+    }
+}
+
+impl Drop for KilnProcess {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
