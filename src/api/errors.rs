@@ -7,7 +7,7 @@
 use super::body_deadline::is_body_timeout;
 use actix_web::error::{JsonPayloadError, PayloadError};
 use actix_web::http::StatusCode;
-use actix_web::http::header::RETRY_AFTER;
+use actix_web::http::header::{RETRY_AFTER, WWW_AUTHENTICATE};
 use actix_web::web::JsonConfig;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde::{Deserialize, Serialize};
@@ -61,6 +61,9 @@ pub enum ApiError {
     /// The client sent its request too slowly.
     #[error("{0}")]
     RequestTimeout(String),
+    /// No API key, or not one of the configured keys (which is never hinted at).
+    #[error("Incorrect or missing API key. Send it as `Authorization: Bearer <key>`.")]
+    Unauthorized,
 }
 
 /// Prompt plus completion tokens, widened so `u32::MAX` ("up to the context")
@@ -117,6 +120,7 @@ impl ApiError {
             ApiError::Overloaded { .. } => "rate_limit_exceeded",
             ApiError::EngineError(_) => "server_error",
             ApiError::Unavailable(_) => "service_unavailable",
+            ApiError::Unauthorized => "authentication_error",
         }
     }
 
@@ -147,6 +151,7 @@ impl ApiError {
             ApiError::Overloaded { .. } => Some("rate_limit_exceeded"),
             ApiError::PayloadTooLarge { .. } => Some("payload_too_large"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
+            ApiError::Unauthorized => Some("invalid_api_key"),
             _ => None,
         }
     }
@@ -220,6 +225,7 @@ impl ResponseError for ApiError {
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::EngineError(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -229,8 +235,14 @@ impl ResponseError for ApiError {
             tracing::warn!(error = %self, error_type = self.error_type(), "request failed");
         }
         let mut builder = HttpResponse::build(status);
-        if let ApiError::Overloaded { retry_after_secs } = self {
-            builder.insert_header((RETRY_AFTER, retry_after_secs.to_string()));
+        match self {
+            ApiError::Overloaded { retry_after_secs } => {
+                builder.insert_header((RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            ApiError::Unauthorized => {
+                builder.insert_header((WWW_AUTHENTICATE, "Bearer"));
+            }
+            _ => {}
         }
         builder.json(self.body())
     }
@@ -331,6 +343,7 @@ mod tests {
             ),
             (ApiError::EngineError("e".into()), 500, "server_error"),
             (ApiError::Unavailable("u".into()), 503, "service_unavailable"),
+            (ApiError::Unauthorized, 401, "authentication_error"),
             (ApiError::RequestTimeout("t".into()), 408, "invalid_request_error"),
         ];
         for (err, status, kind) in cases {

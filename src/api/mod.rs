@@ -1,8 +1,10 @@
 //! The HTTP api: thin actix-web handlers over the engine's messages.
 
+pub mod auth;
 pub mod body_deadline;
 pub mod chat;
 pub mod completions;
+pub mod cors;
 pub mod detokenizer;
 pub mod errors;
 pub mod fan_out;

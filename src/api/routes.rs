@@ -12,9 +12,13 @@ use super::openai_types::{ModelCard, ModelList};
 use crate::engine::health::EngineHealth;
 use crate::scheduler::actor::GetLoad;
 
-/// Every route; unknown paths get an OpenAI-style 404, known paths with the wrong
-/// method a 405.
-pub fn routes(cfg: &mut web::ServiceConfig) {
+/// Every route (`/metrics` only when it is not on a listener of its own); unknown paths get
+/// an OpenAI-style 404, known paths with the wrong method a 405.
+pub fn routes(metrics_on_this_port: bool) -> impl Fn(&mut web::ServiceConfig) {
+    move |cfg| all_routes(cfg, metrics_on_this_port)
+}
+
+fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool) {
     macro_rules! resource {
         ($path:expr, $method:expr, $handler:expr) => {
             web::resource($path)
@@ -28,9 +32,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource!("/health", Method::GET, health))
         .service(resource!("/ready", Method::GET, ready))
         .service(resource!("/version", Method::GET, version))
-        .service(resource!("/load", Method::GET, load))
-        .service(resource!("/metrics", Method::GET, metrics))
-        .default_service(web::to(not_found));
+        .service(resource!("/load", Method::GET, load));
+    if metrics_on_this_port {
+        cfg.service(resource!("/metrics", Method::GET, metrics));
+    }
+    cfg.default_service(web::to(not_found));
 }
 
 async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, SecurityArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -150,6 +150,8 @@ pub struct ServeArgs {
     /// Seconds one engine step may run before kiln declares it hung and exits (0: never).
     #[arg(long, env = "KILN_STEP_TIMEOUT")]
     pub step_timeout: Option<f64>,
+    #[command(flatten)]
+    pub security: SecurityArgs,
 }
 
 impl ServeArgs {
@@ -214,6 +216,8 @@ impl ServeArgs {
                 .retain(|h| !h.split('=').next().unwrap_or("").trim().eq_ignore_ascii_case(&name));
             c.telemetry.otlp_headers.push(header.clone());
         }
+        self.security
+            .apply(&mut c.security, std::env::var("VLLM_API_KEY").ok())?;
         if self.disable_telemetry {
             c.telemetry.enabled = false;
         }

@@ -3,6 +3,8 @@
 
 mod bytes;
 pub mod cli;
+pub mod security;
+mod security_args;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,6 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use bytes::parse_bytes;
+pub use security::SecurityConfig;
+pub use security_args::SecurityArgs;
 
 use crate::stats::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
 
@@ -20,6 +24,7 @@ pub struct Config {
     pub model: ModelConfig,
     pub engine: EngineConfig,
     pub limits: LimitsConfig,
+    pub security: SecurityConfig,
     pub telemetry: TelemetrySettings,
 }
 
@@ -309,6 +314,7 @@ impl Config {
                 .map_err(|e| invalid("telemetry.metrics_listen", format!("`{}`: {e}", t.metrics_listen)))?;
         }
         self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
+        self.security.validate()?;
         Ok(())
     }
 

@@ -1,16 +1,25 @@
 //! The sockets kiln listens on: the public one (bound before the model loads) and the
-//! optional private `/metrics` one.
+//! optional private `/metrics` one; both serve plain HTTP or HTTPS alike.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 
+use actix_http::Request;
+use actix_service::IntoServiceFactory;
+use actix_web::body::MessageBody;
+use actix_web::dev::{AppConfig, Response, Service, ServiceFactory};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context as _;
 
+use crate::api::auth::{ApiKeys, require_api_key};
 use crate::config::Config;
 use crate::stats::exporter::{METRICS_CONTENT_TYPE, render_metrics};
 
 /// Connections the kernel queues before kiln accepts them (actix's default).
 const BACKLOG: i32 = 1024;
+
+/// TLS settings shared by every listener; `None` serves plain HTTP.
+pub type Tls = Option<Arc<rustls::ServerConfig>>;
 
 /// Binds `server.host:server.port` as actix would (address reuse, non-blocking, a deep
 /// backlog), but before the model loads.
@@ -32,13 +41,47 @@ fn bind(host: &str, port: u16) -> std::io::Result<TcpListener> {
     Ok(socket.into())
 }
 
+/// Serves `server` on `listener`, over TLS when configured.
+pub fn listen<F, I, S, B>(
+    server: HttpServer<F, I, S, B>,
+    listener: TcpListener,
+    tls: &Tls,
+) -> std::io::Result<HttpServer<F, I, S, B>>
+where
+    F: Fn() -> I + Send + Clone + 'static,
+    I: IntoServiceFactory<S, Request>,
+    S: ServiceFactory<Request, Config = AppConfig> + 'static,
+    S::Error: Into<actix_web::Error> + 'static,
+    S::InitError: std::fmt::Debug,
+    S::Response: Into<Response<B>> + 'static,
+    <S::Service as Service<Request>>::Future: 'static,
+    S::Service: 'static,
+    B: MessageBody + 'static,
+{
+    match tls {
+        Some(config) => server.listen_rustls_0_23(listener, (**config).clone()),
+        None => server.listen(listener),
+    }
+}
+
+/// The URL scheme clients use.
+pub fn scheme(tls: &Tls) -> &'static str {
+    if tls.is_some() { "https" } else { "http" }
+}
+
 /// Sets each accepted connection's kernel send buffer, when configured.
 pub fn send_buffer_setter(bytes: usize) -> impl Fn(&dyn std::any::Any, &mut actix_web::dev::Extensions) + Send + Clone {
     move |connection, _| {
         if bytes == 0 {
             return;
         }
-        if let Some(stream) = connection.downcast_ref::<actix_web::rt::net::TcpStream>()
+        // Under TLS the connection is the TLS stream; its TCP socket is the first half.
+        let stream = connection.downcast_ref::<actix_web::rt::net::TcpStream>().or_else(|| {
+            connection
+                .downcast_ref::<tokio_rustls::server::TlsStream<actix_web::rt::net::TcpStream>>()
+                .map(|tls| tls.get_ref().0)
+        });
+        if let Some(stream) = stream
             && let Err(e) = socket2::SockRef::from(stream).set_send_buffer_size(bytes)
         {
             tracing::warn!(error = %e, "could not set a connection's send buffer");
@@ -46,11 +89,18 @@ pub fn send_buffer_setter(bytes: usize) -> impl Fn(&dyn std::any::Any, &mut acti
     }
 }
 
-/// A second listener that serves only `GET /metrics`, so scraping can stay off the public port.
-pub fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> anyhow::Result<SocketAddr> {
+/// A second listener that serves only `GET /metrics`, so scraping can stay off the public
+/// port; the same TLS and key checks apply (`/metrics` itself needs no key).
+pub fn start_metrics_listener(
+    listen_on: &str,
+    registry: prometheus::Registry,
+    keys: web::Data<ApiKeys>,
+    tls: &Tls,
+) -> anyhow::Result<SocketAddr> {
     let server = HttpServer::new(move || {
         let registry = registry.clone();
         App::new()
+            .app_data(keys.clone())
             .route(
                 "/metrics",
                 web::get().to(move || {
@@ -65,14 +115,16 @@ pub fn start_metrics_listener(listen: &str, registry: prometheus::Registry) -> a
                     }
                 }),
             )
+            .wrap(actix_web::middleware::from_fn(require_api_key))
             .wrap(actix_web::middleware::Compress::default())
     })
     .workers(1)
-    .disable_signals()
-    .bind(listen)
-    .with_context(|| format!("binding telemetry.metrics_listen {listen}"))?;
-    let addr = server.addrs().first().copied().context("no bound metrics address")?;
-    actix_web::rt::spawn(server.run());
-    tracing::info!("metrics on http://{addr}/metrics");
+    .disable_signals();
+    let listener =
+        TcpListener::bind(listen_on).with_context(|| format!("binding telemetry.metrics_listen {listen_on}"))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    actix_web::rt::spawn(listen(server, listener, tls)?.run());
+    tracing::info!("metrics on {}://{addr}/metrics", scheme(tls));
     Ok(addr)
 }

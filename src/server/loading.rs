@@ -9,16 +9,26 @@ use actix_web::dev::ServerHandle;
 use actix_web::http::header::RETRY_AFTER;
 use actix_web::{App, HttpResponse, HttpServer, ResponseError, web};
 
+use super::access::Access;
+use super::listeners::listen;
+use crate::api::auth::require_api_key;
 use crate::api::errors::ApiError;
 use crate::engine::health::EngineHealth;
 
 /// Serves probes on a clone of the public listener until the returned handle stops it;
 /// the listener itself stays open for the engine's server.
-pub fn serve_while_loading(listener: TcpListener, health: Arc<EngineHealth>) -> anyhow::Result<ServerHandle> {
+pub fn serve_while_loading(
+    listener: TcpListener,
+    health: Arc<EngineHealth>,
+    access: &Access,
+) -> anyhow::Result<ServerHandle> {
     let health = web::Data::from(health);
+    let keys = access.keys.clone();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(health.clone())
+            .app_data(keys.clone())
+            .wrap(actix_web::middleware::from_fn(require_api_key))
             .route("/health", web::get().to(HttpResponse::Ok))
             .route("/ready", web::get().to(readiness))
             .default_service(web::to(not_yet))
@@ -27,9 +37,8 @@ pub fn serve_while_loading(listener: TcpListener, health: Arc<EngineHealth>) -> 
     .disable_signals()
     // Each answer closes its connection, so stopping this server waits for nobody.
     .keep_alive(actix_web::http::KeepAlive::Disabled)
-    .shutdown_timeout(1)
-    .listen(listener)?
-    .run();
+    .shutdown_timeout(1);
+    let server = listen(server, listener, &access.tls)?.run();
     let handle = server.handle();
     actix_web::rt::spawn(server);
     Ok(handle)

@@ -4,11 +4,13 @@
 //! 200, `/ready` 503 "loading") instead of refused connections while the weights load; the
 //! same socket then serves the engine, and connections made in between wait in its backlog.
 
+mod access;
 mod listeners;
 #[cfg(feature = "testing")]
 pub mod load_gate;
 mod loading;
 mod prepare;
+mod tls;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -33,7 +35,8 @@ use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers};
 use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
-use listeners::{bind_public, send_buffer_setter, start_metrics_listener};
+use access::Access;
+use listeners::{bind_public, listen, scheme, send_buffer_setter, start_metrics_listener};
 pub use prepare::{CacheSizing, prepare_engine, prepare_model, resolve_model_path};
 
 /// A model ready to serve: the executor and everything around it.
@@ -63,10 +66,16 @@ pub struct RunningServer {
 /// hung step) returns an error, so the process exits non-zero and its supervisor restarts it.
 pub fn run_blocking(config: Config) -> anyhow::Result<()> {
     let listener = bind_public(&config)?;
+    let access = Access::from_config(&config)?;
+    access.log();
     actix_web::rt::System::new().block_on(async move {
         let health = Arc::new(EngineHealth::new());
-        let loading = loading::serve_while_loading(listener.try_clone()?, health.clone())?;
-        tracing::info!("loading; probes answered on http://{}", listener.local_addr()?);
+        let loading = loading::serve_while_loading(listener.try_clone()?, health.clone(), &access)?;
+        tracing::info!(
+            "loading; probes answered on {}://{}",
+            scheme(&access.tls),
+            listener.local_addr()?
+        );
         let prepared = {
             let config = config.clone();
             actix_web::rt::task::spawn_blocking(move || load(&config))
@@ -76,7 +85,7 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
         loading.stop(true).await;
         let prepared = prepared?;
         let running = start_on(&config, prepared, listener, health).await?;
-        tracing::info!("serving on http://{}", running.addr);
+        tracing::info!("serving on {}://{}", scheme(&access.tls), running.addr);
         let handle = running.server.handle();
         actix_web::rt::spawn(drain_on_signal(Drain {
             server: handle.clone(),
@@ -183,6 +192,10 @@ pub async fn start_on<E: Executor>(
     )));
     let stats_for_http = stats.clone();
     let health_data = web::Data::from(health.clone());
+    let access = Access::from_config(config)?;
+    let keys = access.keys.clone();
+    let cors = access.cors.clone();
+    let metrics_here = config.telemetry.metrics_listen.is_empty();
     // Draining outlasts the grace period by the time the aborted requests' errors need.
     let shutdown_timeout = (Duration::from_secs_f64(config.server.shutdown_grace_period_s) + ABORT_FLUSH).as_secs();
     let server = HttpServer::new(move || {
@@ -192,13 +205,16 @@ pub async fn start_on<E: Executor>(
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
             .app_data(body_timeout.clone())
-            .configure(api::routes)
+            .app_data(keys.clone())
+            .configure(api::routes(metrics_here))
             .wrap(actix_web::middleware::from_fn(
                 crate::api::load_header::endpoint_load_metrics,
             ))
             .wrap(actix_web::middleware::from_fn(crate::api::body_deadline::body_deadline))
+            .wrap(actix_web::middleware::from_fn(crate::api::auth::require_api_key))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
+            .wrap(crate::api::cors::cors(&cors))
     })
     .workers(2)
     // kiln drains on SIGTERM/SIGINT itself (`lifecycle::drain_on_signal`); actix's own
@@ -210,13 +226,17 @@ pub async fn start_on<E: Executor>(
     // request whose client left would run to its end, holding its KV blocks.
     .h1_allow_half_closed(false)
     .client_request_timeout(Duration::from_secs_f64(config.server.request_head_timeout_s))
-    .on_connect(send_buffer_setter(config.server.send_buffer_bytes))
-    .listen(listener)
-    .context("serving the public listener")?;
+    .on_connect(send_buffer_setter(config.server.send_buffer_bytes));
+    let server = listen(server, listener, &access.tls).context("serving the public listener")?;
     let addr = server.addrs().first().copied().context("no bound address")?;
     let metrics_addr = match config.telemetry.metrics_listen.as_str() {
         "" => None,
-        listen => Some(start_metrics_listener(listen, telemetry.registry.clone())?),
+        listen_on => Some(start_metrics_listener(
+            listen_on,
+            telemetry.registry.clone(),
+            access.keys.clone(),
+            &access.tls,
+        )?),
     };
     health.ready();
     Ok(RunningServer {

@@ -3,6 +3,7 @@
 //! global tracing subscriber) have binaries of their own: `tests/otlp_env_headers.rs`,
 //! `tests/otlp_logs.rs`.
 
+mod access_control;
 mod api_tiny;
 mod benchmarks;
 mod common;
@@ -19,4 +20,5 @@ mod scheduler_pressure;
 mod slow_clients;
 mod telemetry;
 mod telemetry_external;
+mod tls;
 mod vocabulary;

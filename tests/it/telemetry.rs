@@ -197,7 +197,7 @@ fn exposition_content_type_gzip_and_a_separate_listener() {
     let t = start_tiny(|c| c.telemetry.metrics_listen = format!("127.0.0.1:{port}"));
     let resp = t
         .client
-        .get(t.server.url("/metrics"))
+        .get(format!("http://127.0.0.1:{port}/metrics"))
         .header("accept-encoding", "gzip")
         .send()
         .expect("metrics");
@@ -212,6 +212,11 @@ fn exposition_content_type_gzip_and_a_separate_listener() {
         .send()
         .expect("metrics listener");
     assert_eq!(separate.status().as_u16(), 200);
+    let (public, _) = t.get_text("/metrics");
+    assert_eq!(
+        public, 404,
+        "with a listener of its own, /metrics leaves the public port"
+    );
     assert!(separate.text().expect("text").contains("vllm:num_requests_running{"));
     let other = t
         .client

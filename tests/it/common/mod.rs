@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod pki;
 pub mod process;
 
 use std::path::PathBuf;

@@ -11,12 +11,18 @@ use std::time::{Duration, Instant};
 
 use kiln::testing::{TinyModelSpec, write_tiny_model};
 
+use super::pki::HttpsClient;
+
 /// A `kiln serve` process on a freshly written tiny model, logging to a file.
 pub struct KilnProcess {
     child: Child,
     pub port: u16,
     log: PathBuf,
     dir: tempfile::TempDir,
+    /// Talks plain HTTP to the process.
+    pub client: reqwest::blocking::Client,
+    /// Talks HTTPS to it instead, when it serves HTTPS.
+    pub https: Option<HttpsClient>,
 }
 
 /// How to start one.
@@ -25,6 +31,8 @@ pub struct Launch {
     /// Flags after `serve --model M --port P`.
     pub args: Vec<String>,
     pub env: Vec<(String, OsString)>,
+    /// Serve HTTPS and talk to it with this client (`None`: plain HTTP).
+    pub https_client: Option<HttpsClient>,
 }
 
 impl Default for Launch {
@@ -36,6 +44,7 @@ impl Default for Launch {
             },
             args: ["--kv-cache-memory", "64MiB"].map(String::from).to_vec(),
             env: Vec::new(),
+            https_client: None,
         }
     }
 }
@@ -48,6 +57,12 @@ impl Launch {
 
     pub fn env(mut self, key: &str, value: impl Into<OsString>) -> Self {
         self.env.push((key.to_string(), value.into()));
+        self
+    }
+
+    /// Serves HTTPS (the flags are the caller's); `client` trusts its certificate.
+    pub fn https(mut self, client: HttpsClient) -> Self {
+        self.https_client = Some(client);
         self
     }
 
@@ -68,7 +83,18 @@ impl Launch {
             .stderr(File::create(&log).expect("log file"))
             .spawn()
             .expect("kiln starts");
-        KilnProcess { child, port, log, dir }
+        let client = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        KilnProcess {
+            child,
+            port,
+            log,
+            dir,
+            client,
+            https: self.https_client,
+        }
     }
 
     /// Starts the process and waits until `/ready` answers 200.
@@ -81,7 +107,8 @@ impl Launch {
 
 impl KilnProcess {
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        let scheme = if self.https.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.port)
     }
 
     /// A scratch folder that lives as long as the process.
@@ -99,11 +126,18 @@ impl KilnProcess {
 
     /// A GET's status, `None` when the connection is refused or times out.
     pub fn status_of(&self, path: &str) -> Option<u16> {
-        let client = reqwest::blocking::Client::builder()
+        if let Some(https) = &self.https {
+            return https
+                .request(self.port, "GET", path, None, None)
+                .ok()
+                .map(|(status, _)| status);
+        }
+        self.client
+            .get(self.url(path))
             .timeout(Duration::from_secs(2))
-            .build()
-            .expect("client");
-        client.get(self.url(path)).send().ok().map(|r| r.status().as_u16())
+            .send()
+            .ok()
+            .map(|r| r.status().as_u16())
     }
 
     /// `/ready`'s status, `None` when the connection is refused.
