@@ -198,6 +198,7 @@ pub async fn start_on<E: Executor>(
             ))
             .wrap(actix_web::middleware::from_fn(crate::api::body_deadline::body_deadline))
             .wrap(actix_web::middleware::Compress::default())
+            .wrap(actix_web::middleware::from_fn(crate::api::access_log::access_log))
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
     })
     .workers(2)
