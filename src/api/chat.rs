@@ -1,6 +1,8 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's own chat template, wording
 //! in the chat format (a role chunk opens each streamed choice).
 
+use std::sync::Arc;
+
 use actix_web::{HttpResponse, web};
 use bytes::Bytes;
 
@@ -17,7 +19,7 @@ use super::sse::{ChunkFormat, sse_data};
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
-use crate::model::chat_template::ChatMessage as TemplateMessage;
+use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, ChatTemplateError};
 
 pub async fn create_chat_completion(
     state: web::Data<AppState>,
@@ -81,12 +83,31 @@ impl Endpoint for Chat {
                 content: m.content,
             })
             .collect();
-        let text = model
-            .chat_template
-            .render(&messages, true)
-            .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+        let text = render_off_the_worker(&model.chat_template, messages).await?;
         tokenize(&model.tokenizer, vec![text]).await
     }
+}
+
+/// Renders on the blocking pool, so even a slow template (bounded by its [`RenderLimits`])
+/// never holds up an HTTP worker. A template that hits a limit is the operator's problem, not
+/// the client's: a 500 that says so and echoes nothing of the template.
+///
+/// [`RenderLimits`]: crate::model::chat_template::RenderLimits
+async fn render_off_the_worker(
+    template: &Arc<ChatTemplate>,
+    messages: Vec<TemplateMessage>,
+) -> Result<String, ApiError> {
+    let template = Arc::clone(template);
+    let rendered = web::block(move || template.render(&messages, true))
+        .await
+        .map_err(|_| ApiError::EngineError("the chat template task failed".into()))?;
+    rendered.map_err(|e| match e {
+        ChatTemplateError::LimitExceeded(limit) => ApiError::ChatTemplateFailed(format!(
+            "The model's chat template exceeded its {limit} while rendering this request; the server's \
+             operator must fix the template (--chat-template)."
+        )),
+        other => ApiError::invalid("messages", format!("the chat template refused the messages: {other}")),
+    })
 }
 
 fn chat_logprobs(tokens: &[TokenDetail]) -> ChatLogprobs {

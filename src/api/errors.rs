@@ -55,6 +55,11 @@ pub enum ApiError {
     /// The engine failed while running the request.
     #[error("{0}")]
     EngineError(String),
+    /// The chat template (the model's or the operator's, never the client's) hit a render
+    /// limit: a server-side fault, answered with a message that names the template and no
+    /// more of it.
+    #[error("{0}")]
+    ChatTemplateFailed(String),
     /// The server is starting or shutting down.
     #[error("{0}")]
     Unavailable(String),
@@ -118,7 +123,7 @@ impl ApiError {
             | ApiError::RequestTimeout(_) => "invalid_request_error",
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => "not_found_error",
             ApiError::Overloaded { .. } => "rate_limit_exceeded",
-            ApiError::EngineError(_) => "server_error",
+            ApiError::EngineError(_) | ApiError::ChatTemplateFailed(_) => "server_error",
             ApiError::Unavailable(_) => "service_unavailable",
             ApiError::Unauthorized => "authentication_error",
         }
@@ -152,6 +157,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => Some("payload_too_large"),
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
             ApiError::Unauthorized => Some("invalid_api_key"),
+            ApiError::ChatTemplateFailed(_) => Some("chat_template_error"),
             _ => None,
         }
     }
@@ -223,7 +229,7 @@ impl ResponseError for ApiError {
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::EngineError(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::EngineError(_) | ApiError::ChatTemplateFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
         }
@@ -232,7 +238,9 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
         if status.is_server_error() {
-            tracing::warn!(error = %self, error_type = self.error_type(), "request failed");
+            // `?`: an error message may carry text from the request; escaped, a CR/LF in it
+            // cannot start a log line of its own.
+            tracing::warn!(error = ?self.to_string(), error_type = self.error_type(), "request failed");
         }
         let mut builder = HttpResponse::build(status);
         match self {
@@ -342,6 +350,7 @@ mod tests {
                 "invalid_request_error",
             ),
             (ApiError::EngineError("e".into()), 500, "server_error"),
+            (ApiError::ChatTemplateFailed("t".into()), 500, "server_error"),
             (ApiError::Unavailable("u".into()), 503, "service_unavailable"),
             (ApiError::Unauthorized, 401, "authentication_error"),
             (ApiError::RequestTimeout("t".into()), 408, "invalid_request_error"),

@@ -1,5 +1,6 @@
 //! The HTTP api: thin actix-web handlers over the engine's messages.
 
+pub mod access_log;
 pub mod auth;
 pub mod body_deadline;
 pub mod chat;
@@ -70,7 +71,11 @@ impl AppState {
         match requested {
             None => Ok(()),
             Some(name) if name == self.model.name => Ok(()),
-            Some(name) => Err(ApiError::ModelNotFound(name.to_string())),
+            Some(name) => {
+                // The client's text, escaped (`?`) so that a CR/LF in it cannot forge a log line.
+                tracing::debug!(requested_model = ?name, "a request named a model this server does not serve");
+                Err(ApiError::ModelNotFound(name.to_string()))
+            }
         }
     }
 }

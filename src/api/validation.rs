@@ -262,6 +262,13 @@ impl ChatCompletionRequest {
                 "`messages` must contain at least one message",
             ));
         }
+        if self.chat_template.is_some() {
+            return Err(ApiError::invalid(
+                "chat_template",
+                "`chat_template` is not accepted in requests: the server renders only the model's \
+                 template or the one its operator configured",
+            ));
+        }
         check_stream_options(self.stream, self.stream_options.is_some())?;
         let logprobs_on = self.logprobs == Some(true);
         if self.top_logprobs.is_some() && !logprobs_on {
@@ -334,6 +341,18 @@ mod tests {
         let p = chat(json!({})).unwrap();
         assert_eq!(p.max_tokens, u32::MAX);
         assert_eq!(p.logprobs, None);
+    }
+
+    #[test]
+    fn a_request_cannot_bring_its_own_chat_template() {
+        for template in [json!("{{ 'x' }}"), json!(""), json!({"a": 1})] {
+            assert_eq!(
+                rejected_param(chat(json!({ "chat_template": template }))),
+                "chat_template"
+            );
+        }
+        // `null` is the same as leaving it out.
+        assert!(chat(json!({"chat_template": null})).is_ok());
     }
 
     #[test]

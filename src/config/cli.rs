@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// (same values; 4-6x the memory traffic per token on the CPU).
     #[arg(long, env = "KILN_DEQUANTIZE_WEIGHTS")]
     pub dequantize_weights: bool,
+    /// A Jinja chat template replacing the model's: a file, or the template itself when the
+    /// value contains '{', '}' or a newline.
+    #[arg(long, env = "KILN_CHAT_TEMPLATE")]
+    pub chat_template: Option<String>,
     /// Tokens per KV-cache block.
     #[arg(long, env = "KILN_BLOCK_SIZE")]
     pub block_size: Option<usize>,
@@ -170,6 +174,7 @@ impl ServeArgs {
         }
         set(&mut c.model.path, &self.model);
         set(&mut c.model.cache_dir, &self.cache_dir);
+        set(&mut c.model.chat_template, &self.chat_template);
         if self.dequantize_weights {
             c.model.dequantize_weights = true;
         }

@@ -62,6 +62,9 @@ pub struct ModelConfig {
     /// Widen quantised GGUF weights to f32 at load instead of keeping them packed for the CPU
     /// kernel (always the case on CUDA).
     pub dequantize_weights: bool,
+    /// The operator's chat template, replacing the model's: a file, or the template itself
+    /// when it contains `{`, `}` or a newline (vLLM's `--chat-template`); empty: the model's.
+    pub chat_template: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -2,10 +2,13 @@
 //! `chat_template` in `tokenizer_config.json`) rendered with minijinja, configured to behave
 //! like Hugging Face's `apply_chat_template` so prompts match what the model was tuned on.
 
+use super::chat_template_limits::{CappedOutput, limit_hit};
 use crate::model::gguf::GgufFile;
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind, context};
 use serde::{Deserialize, Serialize};
+
+pub use super::chat_template_limits::{RenderLimit, RenderLimits};
 
 /// ChatML, for models that ship no template (the format SmolLM, Qwen and others use).
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}\
@@ -25,6 +28,10 @@ pub enum ChatTemplateError {
     Raised(String),
     #[error("chat template failed to render: {0}")]
     Render(String),
+    /// The render ran into one of [`RenderLimits`]: the template is at fault, not the
+    /// messages, whoever sent them.
+    #[error("the chat template exceeded its {0}")]
+    LimitExceeded(RenderLimit),
 }
 
 /// One chat turn as templates see it (`message['role']`, `message['content']`).
@@ -43,11 +50,13 @@ impl ChatMessage {
     }
 }
 
-/// A compiled chat template plus the BOS/EOS texts templates reference as variables.
+/// A compiled chat template plus the BOS/EOS texts templates reference as variables, and
+/// the bounds each render runs within.
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    limits: RenderLimits,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -55,6 +64,7 @@ impl std::fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -73,8 +83,11 @@ impl std::fmt::Display for Raised {
 impl std::error::Error for Raised {}
 
 impl ChatTemplate {
+    /// Compiles `source`; renders run within [`RenderLimits::default`].
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, ChatTemplateError> {
         let mut env = Environment::new();
+        let limits = RenderLimits::default();
+        limits.apply(&mut env);
         // Hugging Face renders with trim_blocks and lstrip_blocks; templates are written for it.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -88,7 +101,15 @@ impl ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            limits,
         })
+    }
+
+    /// The same template with other bounds on each render.
+    pub fn with_limits(mut self, limits: RenderLimits) -> Self {
+        limits.apply(&mut self.env);
+        self.limits = limits;
+        self
     }
 
     /// The built-in ChatML template.
@@ -124,17 +145,26 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
-        template
-            .render(context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
-            })
-            .map_err(|e| match raised_message(&e) {
-                Some(message) => ChatTemplateError::Raised(message),
-                None => ChatTemplateError::Render(describe(&e)),
-            })
+        let mut output = CappedOutput::new(self.limits.max_output_bytes);
+        let context = context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        if let Err(e) = template.render_captured_to(context, &mut output) {
+            return Err(if output.overflowed {
+                ChatTemplateError::LimitExceeded(RenderLimit::OutputSize)
+            } else if let Some(limit) = limit_hit(&e) {
+                ChatTemplateError::LimitExceeded(limit)
+            } else if let Some(message) = raised_message(&e) {
+                ChatTemplateError::Raised(message)
+            } else {
+                ChatTemplateError::Render(describe(&e))
+            });
+        }
+        // Every write is a whole `str`, so the bytes are UTF-8.
+        String::from_utf8(output.bytes).map_err(|e| ChatTemplateError::Render(e.to_string()))
     }
 }
 

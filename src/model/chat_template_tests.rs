@@ -105,3 +105,82 @@ fn tojson_matches_python_json_dumps() {
         "{\"a\": [1, 2.5, \"<é>\"], \"b\": null}|{\n  \"a\": [\n    1\n  ]\n}"
     );
 }
+
+/// Renders `source` over one user message with the default limits, timing it.
+fn render_hostile(source: &str) -> (Result<String, ChatTemplateError>, std::time::Duration) {
+    let t = ChatTemplate::new(source, "", "").expect("compiles");
+    let started = std::time::Instant::now();
+    let result = t.render(&user("hi"), true);
+    (result, started.elapsed())
+}
+
+#[test]
+fn hostile_templates_hit_a_limit_quickly() {
+    let cases = [
+        // Nested loops: 10^10 iterations, stopped by the fuel.
+        (
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+            RenderLimit::Fuel,
+        ),
+        // A macro that calls itself.
+        (
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            RenderLimit::Recursion,
+        ),
+        // A recursive loop over itself.
+        (
+            "{% for m in [[1]] recursive %}{{ loop([m]) }}{% endfor %}",
+            RenderLimit::Recursion,
+        ),
+        // Output blow-up, emitted and captured.
+        (
+            "{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}",
+            RenderLimit::OutputSize,
+        ),
+        (
+            "{% set s %}{% for i in range(100000) %}{{ 'x' * 1000000 }}{% endfor %}{% endset %}",
+            RenderLimit::OutputSize,
+        ),
+        (
+            "{% for i in range(100000) %}{% for j in range(1000) %}xxxxxxxxxxxxxxxx{% endfor %}{% endfor %}",
+            RenderLimit::OutputSize,
+        ),
+        // minijinja's own caps.
+        ("{{ 'x' * 10**9 }}", RenderLimit::OutputSize),
+        ("{% for i in range(10**9) %}{% endfor %}", RenderLimit::RangeSize),
+    ];
+    for (source, limit) in cases {
+        let (result, took) = render_hostile(source);
+        assert_eq!(result, Err(ChatTemplateError::LimitExceeded(limit)), "{source}");
+        assert!(took < std::time::Duration::from_secs(10), "{source} took {took:?}");
+    }
+}
+
+#[test]
+fn limits_leave_real_conversations_alone() {
+    // A thousand turns through the SmolLM2 template, far below every limit.
+    let t = ChatTemplate::new(SMOLLM2_TEMPLATE, "", "").expect("compile");
+    let msgs: Vec<ChatMessage> = (0..1000)
+        .map(|i| ChatMessage::new(if i % 2 == 0 { "user" } else { "assistant" }, "x".repeat(500)))
+        .collect();
+    let text = t.render(&msgs, true).expect("render");
+    assert!(text.len() > 500_000);
+    // The output cap is exact: one byte less than this output fails.
+    let tight = RenderLimits {
+        max_output_bytes: text.len() - 1,
+        ..RenderLimits::default()
+    };
+    let t = ChatTemplate::new(SMOLLM2_TEMPLATE, "", "")
+        .expect("compile")
+        .with_limits(tight);
+    assert_eq!(
+        t.render(&msgs, true),
+        Err(ChatTemplateError::LimitExceeded(RenderLimit::OutputSize))
+    );
+}
+
+#[test]
+fn a_raised_exception_is_still_the_templates_message() {
+    let (result, _) = render_hostile("{{ raise_exception('roles must alternate') }}");
+    assert_eq!(result, Err(ChatTemplateError::Raised("roles must alternate".into())));
+}

@@ -2,6 +2,8 @@
 
 pub mod attention;
 pub mod chat_template;
+mod chat_template_limits;
+pub mod chat_template_source;
 pub mod config;
 pub mod error;
 pub mod fetch;

@@ -213,6 +213,7 @@ pub async fn start_on<E: Executor>(
             .wrap(actix_web::middleware::from_fn(crate::api::body_deadline::body_deadline))
             .wrap(actix_web::middleware::from_fn(crate::api::auth::require_api_key))
             .wrap(actix_web::middleware::Compress::default())
+            .wrap(actix_web::middleware::from_fn(crate::api::access_log::access_log))
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
             .wrap(crate::api::cors::cors(&cors))
     })

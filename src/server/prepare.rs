@@ -14,7 +14,8 @@ use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
-use crate::model::chat_template::ChatTemplate;
+use crate::model::chat_template::{ChatTemplate, RenderLimits};
+use crate::model::chat_template_source::choose_chat_template;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::ModelFiles;
 use crate::model::tokenizer::token_id_bound;
@@ -148,14 +149,9 @@ pub fn prepare_engine<E: Executor>(
     let special = &files.special_tokens;
     let id_bound = token_id_bound(&files.tokenizer);
     let token_text = |id: Option<u32>| id.and_then(|id| files.tokenizer.id_to_token(id)).unwrap_or_default();
-    let chat_template = ChatTemplate::new(
-        files
-            .chat_template
-            .as_deref()
-            .unwrap_or(crate::model::chat_template::CHATML_TEMPLATE),
-        &token_text(special.bos),
-        &token_text(special.eos),
-    )?;
+    let template_source = choose_chat_template(&config.model.chat_template, files.chat_template.as_deref())?;
+    let chat_template = ChatTemplate::new(&template_source, &token_text(special.bos), &token_text(special.eos))?
+        .with_limits(RenderLimits::for_prompt_bytes(config.limits.max_prompt_bytes));
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Ok(PreparedEngine {
         served: ServedModel {

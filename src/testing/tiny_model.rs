@@ -28,6 +28,9 @@ pub struct TinyModelSpec {
     /// Rows of the (tied) embedding; `None`: one per token of the vocabulary. More rows pad the
     /// vocabulary as some models do; fewer make a model whose tokenizer outruns its embedding.
     pub embedding_rows: Option<usize>,
+    /// The `tokenizer.chat_template` written into the file (a hostile one, for the render
+    /// limits' tests).
+    pub chat_template: &'static str,
 }
 
 impl Default for TinyModelSpec {
@@ -41,12 +44,13 @@ impl Default for TinyModelSpec {
             context: 256,
             seed: 7,
             embedding_rows: None,
+            chat_template: TINY_CHAT_TEMPLATE,
         }
     }
 }
 
 /// Writes a random-weight Llama (tensors in F32, F16, Q8_0, Q4_0 and Q4_1) with a byte-level
-/// vocabulary and a ChatML template to `dir/tiny-llama.gguf`.
+/// vocabulary and the spec's chat template (ChatML by default) to `dir/tiny-llama.gguf`.
 pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<PathBuf> {
     let (tokens, merges, types) = tiny_test_vocab();
     let vocab = spec.embedding_rows.unwrap_or(tokens.len());
@@ -76,7 +80,7 @@ pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<Path
         .add_metadata("tokenizer.ggml.bos_token_id", 1u32)
         .add_metadata("tokenizer.ggml.eos_token_id", 2u32)
         .add_metadata("tokenizer.ggml.add_bos_token", false)
-        .add_metadata("tokenizer.chat_template", TINY_CHAT_TEMPLATE);
+        .add_metadata("tokenizer.chat_template", spec.chat_template);
     // Large enough logits that greedy choices are well separated.
     w.add_tensor_f32(
         "token_embd.weight",

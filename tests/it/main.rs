@@ -6,10 +6,12 @@
 mod access_control;
 mod api_tiny;
 mod benchmarks;
+mod chat_templates;
 mod common;
 mod disconnects;
 mod draining;
 mod faults;
+mod log_injection;
 mod model_formats;
 mod openai_client;
 mod otlp_push;

@@ -273,6 +273,10 @@ pub struct ChatCompletionRequest {
     /// Only `0` is supported for now.
     #[serde(default)]
     pub min_tokens: Option<u32>,
+    /// vLLM renders a template sent with the request; kiln never does (a template is code
+    /// run on the server), so any value but `null` is refused with a 400 naming this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_template: Option<serde_json::Value>,
 }
 
 impl ChatCompletionRequest {

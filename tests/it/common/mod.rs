@@ -25,7 +25,12 @@ pub struct Tiny {
 
 /// Starts kiln on a freshly written tiny model; `tweak` adjusts the config first.
 pub fn start_tiny(tweak: impl FnOnce(&mut Config)) -> Tiny {
-    let (dir, model_path, config) = tiny_setup(tweak);
+    start_tiny_spec(TinyModelSpec::default(), tweak)
+}
+
+/// [`start_tiny`] on a tiny model of the given spec (e.g. with another chat template).
+pub fn start_tiny_spec(spec: TinyModelSpec, tweak: impl FnOnce(&mut Config)) -> Tiny {
+    let (dir, model_path, config) = tiny_setup(spec, tweak);
     let files = open_model(&model_path).expect("open tiny model");
     let prepared: kiln::server::PreparedEngine<ModelRunner> = prepare_model(&config, files).expect("prepare");
     let server = TestServer::start(config, prepared).expect("server starts");
@@ -40,7 +45,7 @@ pub fn start_tiny(tweak: impl FnOnce(&mut Config)) -> Tiny {
 /// Starts kiln with the tiny model's tokenizer and template but the fake executor (which
 /// can be slowed down, so requests are reliably still running or queued when observed).
 pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> Tiny {
-    let (dir, model_path, config) = tiny_setup(|c| {
+    let (dir, model_path, config) = tiny_setup(TinyModelSpec::default(), |c| {
         c.engine.num_gpu_blocks_override = 64;
         tweak(c)
     });
@@ -57,9 +62,9 @@ pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> 
     }
 }
 
-fn tiny_setup(tweak: impl FnOnce(&mut Config)) -> (tempfile::TempDir, PathBuf, Config) {
+fn tiny_setup(spec: TinyModelSpec, tweak: impl FnOnce(&mut Config)) -> (tempfile::TempDir, PathBuf, Config) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let model_path = write_tiny_model(dir.path(), TinyModelSpec::default()).expect("tiny model");
+    let model_path = write_tiny_model(dir.path(), spec).expect("tiny model");
     let mut config = Config::default();
     config.model.path = model_path.display().to_string();
     config.engine.kv_cache_memory = "16MiB".into();
