@@ -11,11 +11,15 @@ use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use kiln::executor::Executor;
 use kiln::kernels::GgmlType;
+use kiln::kernels::KernelPath;
 use kiln::kernels::{PackedMatrix, matmul_packed};
 use kiln::model::gguf::quantize;
 use kiln::model::loader::open_model;
 use kiln::model::{Backend, default_device};
 use kiln::testing::{direct_engine, greedy_request};
+
+#[path = "common/cpu_info.rs"]
+mod cpu_info;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -31,6 +35,9 @@ struct Args {
     /// Widen quantised weights to f32 (burn's matmul) instead of the packed CPU kernel.
     #[arg(long)]
     dequantize_weights: bool,
+    /// CPU kernels: auto, avx512, avx2 or portable (as `kiln serve --cpu-kernels`).
+    #[arg(long, default_value = "auto")]
+    cpu_kernels: String,
 }
 
 /// Median GFLOP/s over 15 runs of `product`, which does `2 · rows · k · n` FLOPs.
@@ -78,6 +85,11 @@ fn main() -> anyhow::Result<()> {
     let flops_per_token = 2.0 * (cfg.num_layers * per_layer) as f64;
     let head_flops = 2.0 * (cfg.hidden_size * cfg.vocab_size) as f64;
     let mut report = serde_json::Map::new();
+    let kernels = KernelPath::choose(&args.cpu_kernels).map_err(anyhow::Error::msg)?;
+    kiln::kernels::dispatch::set_active(kernels);
+    println!("CPU kernels: {}", kernels.name());
+    report.insert("cpu".into(), cpu_info::cpu_info());
+    report.insert("cpu_kernels".into(), kernels.name().into());
 
     // The two kernels on the model's largest projection shape, in this run.
     println!("| rows | burn f32 matmul GFLOP/s | packed Q4_1 kernel GFLOP/s |");
@@ -101,6 +113,7 @@ fn main() -> anyhow::Result<()> {
     let (mut s, mut r) = direct_engine(path, |c| {
         c.engine.max_num_batched_tokens = args.prefill_len.max(2048);
         c.model.dequantize_weights = args.dequantize_weights;
+        c.engine.cpu_kernels = args.cpu_kernels.clone();
     })?;
     // Token ids spread over the model's vocabulary (any model, the tiny test one included).
     let vocab = cfg.vocab_size as u32;
@@ -124,7 +137,10 @@ fn main() -> anyhow::Result<()> {
     report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
 
     for batch_size in [1usize, 8, 32] {
-        let (mut s, mut r) = direct_engine(path, |c| c.model.dequantize_weights = args.dequantize_weights)?;
+        let (mut s, mut r) = direct_engine(path, |c| {
+            c.model.dequantize_weights = args.dequantize_weights;
+            c.engine.cpu_kernels = args.cpu_kernels.clone();
+        })?;
         for i in 0..batch_size {
             s.add(
                 greedy_request(

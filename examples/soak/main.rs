@@ -22,6 +22,8 @@
 //! will end once) and the most they could have done (their whole prompts and `max_tokens`).
 //! With no aborts every check is an equality.
 
+#[path = "../common/cpu_info.rs"]
+mod cpu_info;
 mod probe;
 #[path = "../common/server_probe.rs"]
 mod server_probe;
@@ -38,7 +40,8 @@ use rand::rngs::StdRng;
 use reqwest::blocking::Client;
 use serde_json::{Value, json};
 
-use probe::{cpu_info, idle_scrape};
+use cpu_info::cpu_info;
+use probe::idle_scrape;
 use server_probe::{first_model, rss_mib};
 use tally::{Tally, counter_checks};
 use traffic::{Outcome, Prompts, Spec, burst_spec, draw, send, warm_up};

@@ -1,11 +1,11 @@
 //! What the soak reads from the server beyond `common/server_probe.rs`: `/metrics` once the
-//! server is idle, and the CPU it runs on.
+//! server is idle.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::server_probe::scrape;
 
@@ -53,36 +53,4 @@ pub fn idle_scrape(
         }
     }
     Ok(last)
-}
-
-/// The CPU model and its SIMD flags, so figures from different machines are not confused.
-pub fn cpu_info() -> Value {
-    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-    };
-    let flags = field("flags").or_else(|| field("Features")).unwrap_or_default();
-    let simd: Vec<&str> = [
-        "sse4_2",
-        "avx",
-        "avx2",
-        "fma",
-        "f16c",
-        "avx512f",
-        "avx512bw",
-        "avx512_vnni",
-        "avx_vnni",
-        "amx_tile",
-        "asimd",
-        "asimdhp",
-        "sve",
-    ]
-    .into_iter()
-    .filter(|f| flags.split_whitespace().any(|x| x == *f))
-    .collect();
-    let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
-    json!({"model": field("model name"), "threads": threads, "simd_flags": simd})
 }

@@ -154,6 +154,9 @@ pub struct ServeArgs {
     /// Seconds one engine step may run before kiln declares it hung and exits (0: never).
     #[arg(long, env = "KILN_STEP_TIMEOUT")]
     pub step_timeout: Option<f64>,
+    /// CPU kernels: auto (the best this CPU runs, detected at start), avx512, avx2 or portable.
+    #[arg(long, env = "KILN_CPU_KERNELS")]
+    pub cpu_kernels: Option<String>,
     #[command(flatten)]
     pub security: SecurityArgs,
 }
@@ -185,6 +188,7 @@ impl ServeArgs {
         set(&mut c.server.shutdown_grace_period_s, &self.shutdown_grace_period);
         set(&mut c.engine.max_engine_restarts, &self.max_engine_restarts);
         set(&mut c.engine.step_timeout_s, &self.step_timeout);
+        set(&mut c.engine.cpu_kernels, &self.cpu_kernels);
         set(&mut c.server.request_head_timeout_s, &self.request_head_timeout);
         set(&mut c.server.request_body_timeout_s, &self.request_body_timeout);
         set(&mut c.server.stream_stall_timeout_s, &self.stream_stall_timeout);

@@ -96,6 +96,9 @@ pub struct EngineConfig {
     /// Seconds one step may run before the engine is declared hung and kiln exits non-zero;
     /// 0: no deadline.
     pub step_timeout_s: f64,
+    /// CPU kernel instruction set: "auto" (the best this CPU runs), "avx512", "avx2" or
+    /// "portable".
+    pub cpu_kernels: String,
 }
 
 /// What one request may ask for, so that no body fans out or costs without bound.
@@ -166,6 +169,7 @@ impl Default for EngineConfig {
             async_scheduling: true,
             max_engine_restarts: 3,
             step_timeout_s: 300.0,
+            cpu_kernels: "auto".into(),
         }
     }
 }
@@ -273,6 +277,7 @@ impl Config {
         if !(e.swap_space_gib >= 0.0 && e.swap_space_gib.is_finite()) {
             return Err(invalid("engine.swap_space_gib", "must be a number of GiB, 0 or more"));
         }
+        crate::kernels::KernelPath::choose(&e.cpu_kernels).map_err(|m| invalid("engine.cpu_kernels", m))?;
         if e.max_waiting == 0 {
             return Err(invalid("engine.max_waiting", "must be at least 1"));
         }

@@ -8,6 +8,7 @@
 use rayon::prelude::*;
 
 use super::attention_tiled::{TILED_MIN_QUERIES, attend_span_tiled};
+use super::dispatch::{KernelPath, active};
 
 /// One sequence's share of the step.
 #[derive(Debug, Clone)]
@@ -106,12 +107,13 @@ pub fn paged_attention(
         }
     }
     let mut out = vec![0.0f32; tokens * q_width];
+    let path = active();
     out.par_chunks_mut(q_width)
         .zip(q.par_chunks(q_width))
         .zip(rows.par_iter())
         .for_each(|((out, q), row)| {
             if let Some((s, visible)) = *row {
-                attend(q, &spans[s].slots[..visible], k_cache, v_cache, shape, out);
+                attend_on(path, q, &spans[s].slots[..visible], k_cache, v_cache, shape, out);
             }
         });
     for (_, span) in tiled {
@@ -121,7 +123,43 @@ pub fn paged_attention(
     out
 }
 
-/// One query token (all heads) over the context rows at `slots`.
+/// One query token (all heads) over the context rows at `slots`, compiled for `path`'s
+/// instruction set (the same code, vectorised wider), which this CPU must run.
+pub(super) fn attend_on(
+    path: KernelPath,
+    q: &[f32],
+    slots: &[i64],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    shape: HeadShape,
+    out: &mut [f32],
+) {
+    assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
+    match path {
+        // SAFETY: the CPU supports the features each function is compiled for (asserted).
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => unsafe { attend_avx512(q, slots, k_cache, v_cache, shape, out) },
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 => unsafe { attend_avx2(q, slots, k_cache, v_cache, shape, out) },
+        _ => attend(q, slots, k_cache, v_cache, shape, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn attend_avx512(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: HeadShape, out: &mut [f32]) {
+    attend(q, slots, k_cache, v_cache, shape, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: HeadShape, out: &mut [f32]) {
+    attend(q, slots, k_cache, v_cache, shape, out)
+}
+
+/// The body every path compiles: inlined into each caller so it takes the caller's
+/// instruction set.
+#[inline(always)]
 fn attend(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: HeadShape, out: &mut [f32]) {
     let HeadShape {
         num_heads,
@@ -159,6 +197,7 @@ fn attend(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: Hea
 
 /// Dot product in eight independent lanes, which the compiler vectorises (a single f32
 /// accumulator would pin the order of the additions and stay scalar).
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -171,6 +210,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+#[inline(always)]
 pub(super) fn softmax_in_place(scores: &mut [f32]) {
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0;
@@ -310,6 +350,46 @@ mod tests {
         num_kv_heads: 2,
         head_dim: 8,
     };
+
+    #[test]
+    fn every_kernel_path_this_cpu_runs_matches_the_portable_attention() {
+        let shape = HeadShape {
+            num_heads: 9,
+            num_kv_heads: 3,
+            head_dim: 64,
+        };
+        let kvw = shape.num_kv_heads * shape.head_dim;
+        let context = 300;
+        let k_cache = values(context * kvw, 7);
+        let v_cache = values(context * kvw, 8);
+        let q = values(shape.num_heads * shape.head_dim, 9);
+        let slots: Vec<i64> = (0..context as i64).rev().collect();
+        let mut portable = vec![0.0; q.len()];
+        attend_on(
+            KernelPath::Portable,
+            &q,
+            &slots,
+            &k_cache,
+            &v_cache,
+            shape,
+            &mut portable,
+        );
+        let (ran, skipped): (Vec<_>, Vec<_>) = KernelPath::ALL.into_iter().partition(|p| p.available());
+        println!(
+            "attention paths run: {:?}; not on this CPU: {:?}",
+            ran.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            skipped.iter().map(|p| p.name()).collect::<Vec<_>>()
+        );
+        // Outputs are weighted means of values ≤ 1.2; only the summation order differs, over
+        // 64-term dots and 300-term softmax sums: 1e-5 is a few ulps of the sums.
+        for path in ran {
+            let mut got = vec![0.0; q.len()];
+            attend_on(path, &q, &slots, &k_cache, &v_cache, shape, &mut got);
+            for (i, (g, p)) in got.iter().zip(&portable).enumerate() {
+                assert!((g - p).abs() < 1e-5, "{path:?} [{i}]: {g} vs {p}");
+            }
+        }
+    }
 
     #[test]
     fn a_well_formed_call_runs() {

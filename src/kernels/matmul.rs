@@ -11,6 +11,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::dispatch::{KernelPath, active};
 use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
 
@@ -106,39 +107,55 @@ struct SharedOutput(*mut f32);
 // SAFETY: panels write disjoint elements, and the buffer outlives the parallel loop.
 unsafe impl Sync for SharedOutput {}
 
-fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// Row `r` of `w` widened to f32 into `out` (`[w.cols]`).
+/// Row `r` of `w` widened to f32 into `out` (`[w.cols]`), on the active kernel path.
 fn widen_row(w: &PackedMatrix, r: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: the CPU supports the features the function is compiled for.
-        unsafe { super::avx2::widen_row(w, r, out) };
-        return;
-    }
-    let bpr = w.blocks_per_row();
-    for (b, dst) in out.chunks_exact_mut(BLOCK).enumerate() {
-        dst.copy_from_slice(&w.block_values(r * bpr + b));
+    widen_row_on(active(), w, r, out)
+}
+
+/// [`widen_row`] on `path`, which this CPU must run.
+pub(super) fn widen_row_on(path: KernelPath, w: &PackedMatrix, r: usize, out: &mut [f32]) {
+    assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
+    match path {
+        // SAFETY: the CPU supports the features each function is compiled for (asserted).
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => unsafe { super::avx512::widen_row(w, r, out) },
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 => unsafe { super::avx2::widen_row(w, r, out) },
+        _ => {
+            let bpr = w.blocks_per_row();
+            for (b, dst) in out[..w.cols].chunks_exact_mut(BLOCK).enumerate() {
+                dst.copy_from_slice(&w.block_values(r * bpr + b));
+            }
+        }
     }
 }
 
-/// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
+/// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`), on the active path.
 fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: the CPU supports the features the function is compiled for.
-        unsafe { super::avx2::rows_kernel(x, tokens, w, rows, out) };
-        return;
-    }
-    portable_rows_kernel(x, tokens, w, rows, out);
+    rows_kernel_on(active(), x, tokens, w, rows, out)
 }
 
-/// The reference kernel for CPUs without AVX2 and for testing the fast one.
+/// [`rows_kernel`] on `path`, which this CPU must run.
+pub fn rows_kernel_on(
+    path: KernelPath,
+    x: &[f32],
+    tokens: usize,
+    w: &PackedMatrix,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
+    match path {
+        // SAFETY: the CPU supports the features each function is compiled for (asserted).
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => unsafe { super::avx512::rows_kernel(x, tokens, w, rows, out) },
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 => unsafe { super::avx2::rows_kernel(x, tokens, w, rows, out) },
+        _ => portable_rows_kernel(x, tokens, w, rows, out),
+    }
+}
+
+/// The reference kernel for CPUs without AVX2 and for testing the fast ones.
 pub fn portable_rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
     for (i, r) in rows.enumerate() {
@@ -234,6 +251,43 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_path_this_cpu_runs_matches_the_portable_kernel() {
+        let (rows, cols) = (37, 256);
+        let (ran, skipped): (Vec<_>, Vec<_>) = KernelPath::ALL.into_iter().partition(|p| p.available());
+        println!(
+            "kernel paths run: {:?}; not on this CPU: {:?}",
+            ran.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            skipped.iter().map(|p| p.name()).collect::<Vec<_>>()
+        );
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let bytes = quantize(ty, &pseudo_random(rows * cols, 3)).expect("quantise");
+            let w = PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable");
+            for tokens in 1..=GEMM_MIN_TOKENS {
+                let x = pseudo_random(tokens * cols, 100 + tokens as u64);
+                let mut portable = vec![0.0; rows * tokens];
+                portable_rows_kernel(&x, tokens, &w, 0..rows, &mut portable);
+                for &path in &ran {
+                    let mut got = vec![0.0; rows * tokens];
+                    rows_kernel_on(path, &x, tokens, &w, 0..rows, &mut got);
+                    for (i, (g, p)) in got.iter().zip(&portable).enumerate() {
+                        assert!(
+                            (g - p).abs() < TOLERANCE as f32,
+                            "{ty} {path:?} t{tokens} i{i}: {g} vs {p}"
+                        );
+                    }
+                }
+            }
+            let mut portable_row = vec![0.0; cols];
+            widen_row_on(KernelPath::Portable, &w, 5, &mut portable_row);
+            for &path in &ran {
+                let mut row = vec![0.0; cols];
+                widen_row_on(path, &w, 5, &mut row);
+                assert_eq!(row, portable_row, "{ty} {path:?}: widening is exact");
             }
         }
     }

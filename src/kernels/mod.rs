@@ -6,11 +6,15 @@ pub mod attention;
 mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod dispatch;
 mod ggml_type;
 pub mod matmul;
 pub mod packed;
 mod strided_gemm;
 
+pub use dispatch::KernelPath;
 pub use ggml_type::GgmlType;
 pub use matmul::matmul_packed;
 pub use packed::{BlockFormat, PackedMatrix};

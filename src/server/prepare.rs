@@ -12,6 +12,7 @@ use crate::api::ServedModel;
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
+use crate::kernels::KernelPath;
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::{ChatTemplate, RenderLimits};
@@ -47,6 +48,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     spinner.enable_steady_tick(Duration::from_millis(200));
+    select_cpu_kernels(config)?;
     let device = default_device();
     let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
     spinner.finish_and_clear();
@@ -78,6 +80,19 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     let executor =
         ModelRunner::new(llama, geometry, sizing.num_cpu_blocks).sampling_only_below(token_id_bound(&files.tokenizer));
     prepare_engine(config, files, served_name, executor)
+}
+
+/// Sets the CPU kernels' instruction set for the process and logs it with what the CPU has.
+fn select_cpu_kernels(config: &Config) -> anyhow::Result<()> {
+    let path = KernelPath::choose(&config.engine.cpu_kernels).map_err(anyhow::Error::msg)?;
+    crate::kernels::dispatch::set_active(path);
+    let available: Vec<&str> = KernelPath::ALL
+        .into_iter()
+        .filter(|p| p.available())
+        .map(KernelPath::name)
+        .collect();
+    tracing::info!(path = path.name(), ?available, "CPU kernels");
+    Ok(())
 }
 
 fn load_options(config: &Config) -> LoadOptions {

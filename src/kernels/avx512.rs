@@ -1,0 +1,135 @@
+//! The AVX-512F packed matmul for small token counts (decode): one 32-element block is two
+//! 16-lane vectors (a nibble block's low and high halves widen straight from 16 bytes), and
+//! is multiplied into up to eight tokens' accumulators.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::matmul::{row_panels, token_tiles};
+use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+
+/// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
+    assert!(x.len() >= tokens * w.cols && out.len() >= rows.len() * tokens && rows.end <= w.rows);
+    let bpr = w.blocks_per_row();
+    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
+    assert!(w.format == BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
+    let base = rows.start;
+    for panel in row_panels(rows) {
+        for (t0, n) in token_tiles(tokens) {
+            for r in panel.clone() {
+                let o = &mut out[(r - base) * tokens + t0..][..n];
+                // SAFETY: the asserts above bound every row, block and token the tile reads.
+                unsafe { dispatch_tile(w, r, x, t0, n, o) };
+            }
+        }
+    }
+}
+
+/// Row `row` of `w` widened to f32 into `out[..w.cols]`.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
+    let bpr = w.blocks_per_row();
+    assert!(out.len() >= w.cols && row < w.rows);
+    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
+    assert!(w.format == BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
+    for b in 0..bpr {
+        // SAFETY: the asserts above bound the block and the destination.
+        unsafe {
+            let block = row * bpr + b;
+            let [low, high] = block_values(w, block);
+            let dst = out.as_mut_ptr().add(b * BLOCK);
+            _mm512_storeu_ps(dst, low);
+            _mm512_storeu_ps(dst.add(16), high);
+        }
+    }
+}
+
+macro_rules! tiles {
+    ($w:ident, $r:ident, $x:ident, $t0:ident, $n:ident, $o:ident; $($len:literal)*) => {
+        match $n {
+            $( $len => tile::<$len>($w, $r, $x, $t0, $o), )*
+            _ => unreachable!("token tiles hold 1 to 8 tokens"),
+        }
+    };
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { tiles!(w, r, x, t0, n, o; 1 2 3 4 5 6 7 8) }
+}
+
+/// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile<const N: usize>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
+    let bpr = w.blocks_per_row();
+    let cols = w.cols;
+    // SAFETY: `rows_kernel` checked that rows, blocks and tokens are in bounds.
+    unsafe {
+        // Two accumulator chains per token: a block's halves go to separate chains, which
+        // hides the FMA latency for small tiles.
+        let mut acc = [[_mm512_setzero_ps(); 2]; N];
+        let xp = x.as_ptr().add(t0 * cols);
+        for b in 0..bpr {
+            let [low, high] = block_values(w, row * bpr + b);
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let p = xp.add(t * cols + b * BLOCK);
+                acc[0] = _mm512_fmadd_ps(low, _mm512_loadu_ps(p), acc[0]);
+                acc[1] = _mm512_fmadd_ps(high, _mm512_loadu_ps(p.add(16)), acc[1]);
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(&acc) {
+            *o = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+        }
+    }
+}
+
+/// A block's 32 values as two vectors of sixteen.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
+    // SAFETY: the caller bounds `block`.
+    unsafe {
+        let scale = _mm512_set1_ps(*w.scales.get_unchecked(block));
+        match w.format {
+            BlockFormat::Nibbles => {
+                // `q * scale + min`: low nibbles are elements 0..16, high nibbles 16..32.
+                let min = _mm512_set1_ps(*w.mins.get_unchecked(block));
+                let q = _mm_loadu_si128(w.quants.as_ptr().add(block * (BLOCK / 2)).cast());
+                let mask = _mm_set1_epi8(0x0f);
+                let low = _mm_and_si128(q, mask);
+                let high = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+                [widen_unsigned(low, scale, min), widen_unsigned(high, scale, min)]
+            }
+            BlockFormat::Bytes => {
+                // `q * scale`, signed bytes.
+                let p = w.quants.as_ptr().add(block * BLOCK);
+                let low = _mm_loadu_si128(p.cast());
+                let high = _mm_loadu_si128(p.add(16).cast());
+                [widen_signed(low, scale), widen_signed(high, scale)]
+            }
+        }
+    }
+}
+
+/// Sixteen unsigned bytes as `q * scale + min`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn widen_unsigned(v: __m128i, scale: __m512, min: __m512) -> __m512 {
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)), scale, min)
+}
+
+/// Sixteen signed bytes as `q * scale`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn widen_signed(v: __m128i, scale: __m512) -> __m512 {
+    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)), scale)
+}

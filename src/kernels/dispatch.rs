@@ -1,0 +1,112 @@
+//! Which instruction set the kernels use: the best this CPU has (AVX-512F, then AVX2 + FMA,
+//! then portable code), detected at run time, never assumed from the build machine, and
+//! forcible (`--cpu-kernels`) so tests and benchmarks can compare the paths on one CPU. All
+//! paths keep f32 activations; they differ only in vector width and summation order.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// One kernel path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelPath {
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl KernelPath {
+    /// Every path, fastest first.
+    pub const ALL: [KernelPath; 3] = [KernelPath::Avx512, KernelPath::Avx2, KernelPath::Portable];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelPath::Avx512 => "avx512",
+            KernelPath::Avx2 => "avx2",
+            KernelPath::Portable => "portable",
+        }
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn available(self) -> bool {
+        match self {
+            KernelPath::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest path this CPU runs.
+    pub fn best() -> KernelPath {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.available())
+            .unwrap_or(KernelPath::Portable)
+    }
+
+    /// `auto` (the best) or a path by name; a path this CPU cannot run is refused.
+    pub fn choose(choice: &str) -> Result<KernelPath, String> {
+        if choice == "auto" {
+            return Ok(Self::best());
+        }
+        let path = Self::ALL
+            .into_iter()
+            .find(|p| p.name() == choice)
+            .ok_or_else(|| format!("`{choice}` is not auto, avx512, avx2 or portable"))?;
+        if !path.available() {
+            return Err(format!("this CPU cannot run the {choice} kernels"));
+        }
+        Ok(path)
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            KernelPath::Avx512 => 1,
+            KernelPath::Avx2 => 2,
+            KernelPath::Portable => 3,
+        }
+    }
+}
+
+/// 0: not chosen yet (the best is chosen on first use).
+static ACTIVE: AtomicU8 = AtomicU8::new(0);
+
+/// The path the kernels use from now on (once, at start).
+pub fn set_active(path: KernelPath) {
+    assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
+    ACTIVE.store(path.code(), Ordering::Relaxed);
+}
+
+/// The path in use: the one set at start, or else the best this CPU runs.
+pub fn active() -> KernelPath {
+    match ACTIVE.load(Ordering::Relaxed) {
+        1 => KernelPath::Avx512,
+        2 => KernelPath::Avx2,
+        3 => KernelPath::Portable,
+        _ => {
+            let best = KernelPath::best();
+            ACTIVE.store(best.code(), Ordering::Relaxed);
+            best
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choosing_follows_what_the_cpu_can_run() {
+        assert_eq!(KernelPath::choose("auto").unwrap(), KernelPath::best());
+        assert_eq!(KernelPath::choose("portable").unwrap(), KernelPath::Portable);
+        assert!(KernelPath::choose("sse9").unwrap_err().contains("not auto"));
+        for path in KernelPath::ALL {
+            assert_eq!(KernelPath::choose(path.name()).is_ok(), path.available(), "{path:?}");
+        }
+        assert!(KernelPath::best().available());
+    }
+}
