@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
+use super::json_body::JsonBody;
 use super::limits::PromptSize;
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
@@ -23,9 +24,9 @@ use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, 
 
 pub async fn create_chat_completion(
     state: web::Data<AppState>,
-    body: web::Json<ChatCompletionRequest>,
+    JsonBody(body): JsonBody<ChatCompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    serve::<Chat>(&state, body.into_inner()).await
+    serve::<Chat>(&state, body).await
 }
 
 /// The chat endpoint's part of the pipeline.

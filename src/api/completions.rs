@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
+use super::json_body::JsonBody;
 use super::limits::PromptSize;
 use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
@@ -22,9 +23,9 @@ use crate::engine::types::Operation;
 
 pub async fn create_completion(
     state: web::Data<AppState>,
-    body: web::Json<CompletionRequest>,
+    JsonBody(body): JsonBody<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    serve::<Completions>(&state, body.into_inner()).await
+    serve::<Completions>(&state, body).await
 }
 
 /// The completions endpoint's part of the pipeline.

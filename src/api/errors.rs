@@ -7,10 +7,11 @@
 use super::body_deadline::is_body_timeout;
 use actix_web::error::{JsonPayloadError, PayloadError};
 use actix_web::http::StatusCode;
-use actix_web::http::header::{RETRY_AFTER, WWW_AUTHENTICATE};
+use actix_web::http::header::{ALLOW, RETRY_AFTER, WWW_AUTHENTICATE};
 use actix_web::web::JsonConfig;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// An error answered to the client in OpenAI's `{"error": {...}}` shape.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -49,9 +50,14 @@ pub enum ApiError {
     /// No route matches the path.
     #[error("Invalid URL ({method} {path})")]
     NotFound { method: String, path: String },
-    /// The path exists but not for this method.
+    /// The path exists but not for this method; `allowed` lists the ones it takes, for the
+    /// `Allow` header RFC 9110 requires on a 405.
     #[error("Method {method} is not allowed for {path}")]
-    MethodNotAllowed { method: String, path: String },
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allowed: String,
+    },
     /// The engine failed while running the request.
     #[error("{0}")]
     EngineError(String),
@@ -78,19 +84,25 @@ fn total_tokens(prompt: &u32, completion: &u32) -> u64 {
 }
 
 /// The JSON body: `{"error": {"message", "type", "param", "code"}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 /// OpenAI's error object; `param` and `code` are `null` when absent (the
 /// Python client reads them as optional keys, and OpenAI always sends them).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub message: String,
+    /// [`ApiError::error_type`]: `invalid_request_error`, `not_found_error`,
+    /// `rate_limit_exceeded`, `server_error`, `service_unavailable`, ...
     #[serde(rename = "type")]
     pub kind: String,
+    /// The request field at fault, e.g. `temperature` or `messages[2].content`.
+    #[schema(required = true)]
     pub param: Option<String>,
+    /// A machine-readable code, e.g. `context_length_exceeded`.
+    #[schema(required = true)]
     pub code: Option<String>,
 }
 
@@ -250,6 +262,9 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized => {
                 builder.insert_header((WWW_AUTHENTICATE, "Bearer"));
             }
+            ApiError::MethodNotAllowed { allowed, .. } => {
+                builder.insert_header((ALLOW, allowed.as_str()));
+            }
             _ => {}
         }
         builder.json(self.body())
@@ -317,6 +332,18 @@ mod tests {
         assert!(e(60, u32::MAX).to_string().contains("4294967355"));
     }
 
+    #[test]
+    fn method_not_allowed_lists_the_allowed_methods() {
+        let resp = ApiError::MethodNotAllowed {
+            method: "PUT".into(),
+            path: "/x".into(),
+            allowed: "GET".into(),
+        }
+        .error_response();
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers().get(ALLOW).unwrap(), "GET");
+    }
+
     #[actix_web::test]
     async fn overloaded_sets_retry_after() {
         let resp = ApiError::Overloaded { retry_after_secs: 2 }.error_response();
@@ -345,6 +372,7 @@ mod tests {
                 ApiError::MethodNotAllowed {
                     method: "GET".into(),
                     path: "/x".into(),
+                    allowed: "POST".into(),
                 },
                 405,
                 "invalid_request_error",

@@ -1,14 +1,16 @@
-//! The route table and the small endpoints: models, health, readiness, version, load, metrics.
+//! The route table and the small endpoints: models, health, readiness, version, load, metrics,
+//! the OpenAPI document.
 
 use actix_web::http::Method;
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Serialize;
 
 use super::AppState;
 use super::chat::create_chat_completion;
 use super::completions::create_completion;
 use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
+use super::openapi::{allowed_methods, served_document};
+use super::service_types::{Load, Readiness, VersionInfo};
 use crate::engine::health::EngineHealth;
 use crate::scheduler::actor::GetLoad;
 
@@ -32,7 +34,8 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool) {
         .service(resource!("/health", Method::GET, health))
         .service(resource!("/ready", Method::GET, ready))
         .service(resource!("/version", Method::GET, version))
-        .service(resource!("/load", Method::GET, load));
+        .service(resource!("/load", Method::GET, load))
+        .service(resource!("/openapi.json", Method::GET, openapi_json));
     if metrics_on_this_port {
         cfg.service(resource!("/metrics", Method::GET, metrics));
     }
@@ -47,6 +50,7 @@ async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> 
     Err(ApiError::MethodNotAllowed {
         method: req.method().to_string(),
         path: req.path().to_string(),
+        allowed: allowed_methods(req.path()),
     })
 }
 
@@ -76,8 +80,7 @@ async fn health(state: web::Data<AppState>, engine: web::Data<EngineHealth>) -> 
 /// Readiness: 200 when new requests are served now; 503 while loading, restarting the
 /// executor, draining for shutdown, or dead. The body names the state.
 async fn ready(engine: web::Data<EngineHealth>) -> HttpResponse {
-    let state = engine.state();
-    let body = serde_json::json!({ "status": state.name() });
+    let body = Readiness::of(&engine.state());
     if engine.is_ready() {
         HttpResponse::Ok().json(body)
     } else {
@@ -86,15 +89,9 @@ async fn ready(engine: web::Data<EngineHealth>) -> HttpResponse {
 }
 
 async fn version() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "version": env!("CARGO_PKG_VERSION") }))
-}
-
-#[derive(Serialize)]
-struct Load {
-    running: usize,
-    waiting: usize,
-    swapped: usize,
-    kv_cache_usage: f64,
+    HttpResponse::Ok().json(VersionInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    })
 }
 
 /// The engine's load for routers and load balancers.
@@ -119,4 +116,9 @@ async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(text))
+}
+
+/// This server's OpenAPI document (its model's bounds and its limits filled in).
+async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(served_document(&state.model, &state.limits))
 }

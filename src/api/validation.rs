@@ -8,7 +8,8 @@
 //! - `min_p` (vLLM) in `[0, 1]` (default 0).
 //! - `n` in `[1, 16]`; `best_of` (completions), if sent, must equal `n`:
 //!   generating extra candidates to rank is not supported.
-//! - `max_tokens` / `max_completion_tokens` `>= 1`. Completions default to 16;
+//! - `max_tokens` / `max_completion_tokens` `>= 1` (each, when both are sent). Completions
+//!   default to 16;
 //!   chat defaults to `u32::MAX` ("up to the context"), which the server
 //!   clamps to `max_model_len - prompt_len`.
 //! - `presence_penalty`, `frequency_penalty` in `[-2, 2]`.
@@ -277,6 +278,10 @@ impl ChatCompletionRequest {
                 "`top_logprobs` requires `logprobs` to be true",
             ));
         }
+        // `max_completion_tokens` wins, but a `max_tokens` sent beside it must still be valid.
+        if self.max_tokens == Some(0) {
+            return Err(ApiError::invalid("max_tokens", "`max_tokens` must be at least 1"));
+        }
         let (max_tokens, max_tokens_param) = match (self.max_completion_tokens, self.max_tokens) {
             (Some(m), _) => (m, "max_completion_tokens"),
             (None, Some(m)) => (m, "max_tokens"),
@@ -417,6 +422,10 @@ mod tests {
         assert_eq!(
             rejected_param(chat(json!({"max_tokens": 5, "max_completion_tokens": 0}))),
             "max_completion_tokens"
+        );
+        assert_eq!(
+            rejected_param(chat(json!({"max_tokens": 0, "max_completion_tokens": 5}))),
+            "max_tokens"
         );
     }
 

@@ -6,6 +6,10 @@ use std::fmt;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use utoipa::openapi::{RefOr, schema::Schema};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::schemas;
 
 /// Logprobs below this are sent as this value: JSON has no `-inf`
 /// (serde_json would write `null`, which the client cannot parse as a float).
@@ -24,6 +28,14 @@ pub fn finite_logprob(logprob: f32) -> f32 {
 /// sends it); a `HashMap` would scramble the order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TopLogprobMap(pub Vec<(String, f32)>);
+
+impl PartialSchema for TopLogprobMap {
+    fn schema() -> RefOr<Schema> {
+        schemas::top_logprob_map()
+    }
+}
+
+impl ToSchema for TopLogprobMap {}
 
 impl Serialize for TopLogprobMap {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -56,7 +68,7 @@ impl<'de> Deserialize<'de> for TopLogprobMap {
 }
 
 /// Logprobs of the legacy completions API (parallel arrays).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f32>,
@@ -66,7 +78,7 @@ pub struct CompletionLogprobs {
 }
 
 /// One top alternative of a chat token.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatTopLogprob {
     pub token: String,
     pub logprob: f32,
@@ -74,7 +86,7 @@ pub struct ChatTopLogprob {
     pub bytes: Option<Vec<u8>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: f32,
@@ -82,7 +94,7 @@ pub struct ChatTokenLogprob {
     pub top_logprobs: Vec<ChatTopLogprob>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }

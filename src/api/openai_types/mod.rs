@@ -4,6 +4,7 @@
 mod logprobs;
 mod requests;
 mod responses;
+pub mod schemas;
 
 pub use logprobs::*;
 pub use requests::*;

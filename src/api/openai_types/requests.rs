@@ -8,7 +8,10 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::{RefOr, schema::Schema};
+use utoipa::{PartialSchema, ToSchema};
 
+use super::schemas;
 use crate::api::errors::ApiError;
 
 /// `prompt` of `/v1/completions`: OpenAI accepts all four shapes.
@@ -30,6 +33,18 @@ pub enum PromptInput {
 
 /// An empty text prompt, so requests can be built with `..Default::default()`
 /// in tests (validation rejects it).
+impl PartialSchema for PromptInput {
+    fn schema() -> RefOr<Schema> {
+        schemas::prompt_input()
+    }
+}
+
+impl ToSchema for PromptInput {
+    fn schemas(out: &mut Vec<(String, RefOr<Schema>)>) {
+        out.push((schemas::TOKEN_ID.to_owned(), schemas::token_id()));
+    }
+}
+
 impl Default for PromptInput {
     fn default() -> Self {
         PromptInput::Text(String::new())
@@ -44,6 +59,14 @@ pub enum StopInput {
     Multiple(Vec<String>),
 }
 
+impl PartialSchema for StopInput {
+    fn schema() -> RefOr<Schema> {
+        schemas::stop_input()
+    }
+}
+
+impl ToSchema for StopInput {}
+
 impl StopInput {
     /// The stop strings as a slice, whichever shape was sent.
     pub fn as_slice(&self) -> &[String] {
@@ -54,7 +77,7 @@ impl StopInput {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StreamOptions {
     /// Send a final chunk with `usage` and empty `choices`.
     #[serde(default)]
@@ -62,7 +85,8 @@ pub struct StreamOptions {
 }
 
 /// Body of `POST /v1/completions`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// The `#[schema]` ranges state the rules of `api::validation` in the OpenAPI document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionRequest {
     /// `None`: the served model (vLLM accepts a missing model too).
     #[serde(default)]
@@ -70,28 +94,38 @@ pub struct CompletionRequest {
     pub prompt: PromptInput,
     /// Defaults to 16, as OpenAI's completions endpoint does.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 4_294_967_295_u32, format = Int64)]
     pub max_tokens: Option<u32>,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f32>,
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
+    /// Choices per prompt.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<u32>,
     #[serde(default)]
     pub stream: Option<bool>,
+    /// Only with `stream: true`.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     /// Number of top logprobs per token (`0` = only the sampled token).
     #[serde(default)]
+    #[schema(maximum = 20)]
     pub logprobs: Option<u32>,
     /// Only `false` is supported.
     #[serde(default)]
+    #[schema(schema_with = schemas::echo)]
     pub echo: Option<bool>,
     #[serde(default)]
     pub stop: Option<StopInput>,
     #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f32>,
     #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f32>,
     /// Signed because the OpenAI client types it as a plain int.
     #[serde(default)]
@@ -100,29 +134,36 @@ pub struct CompletionRequest {
     pub user: Option<String>,
     /// Accepted and range-checked, not applied.
     #[serde(default)]
+    #[schema(schema_with = schemas::logit_bias)]
     pub logit_bias: Option<HashMap<String, f64>>,
     /// Accepted when equal to `n` (or absent).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 16)]
     pub best_of: Option<u32>,
     // vLLM extensions.
     /// `-1` or `0` disable top-k.
     #[serde(default)]
+    #[schema(minimum = -1)]
     pub top_k: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
     pub min_p: Option<f32>,
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 3.402_823_5e38)]
     pub repetition_penalty: Option<f32>,
     #[serde(default)]
+    #[schema(schema_with = schemas::stop_token_ids)]
     pub stop_token_ids: Option<Vec<u32>>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
     /// Only `0` is supported for now.
     #[serde(default)]
+    #[schema(maximum = 0)]
     pub min_tokens: Option<u32>,
 }
 
 /// Chat roles OpenAI accepts; an unknown role is a 400 from serde.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ChatRole {
     System,
@@ -156,18 +197,29 @@ pub enum MessageContent {
     Parts(Vec<ContentPart>),
 }
 
-/// One content part. `type` is kept as a string (not an enum) so an image or
-/// audio part reaches validation and gets an error naming
-/// `messages[i].content` rather than an opaque serde error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+impl PartialSchema for MessageContent {
+    fn schema() -> RefOr<Schema> {
+        schemas::message_content(ContentPart::schema())
+    }
+}
+
+impl ToSchema for MessageContent {}
+
+/// One part of a message's content; only text parts are served.
+// `type` is kept as a string (not an enum) so an image or audio part reaches validation and
+// gets an error naming `messages[i].content` rather than an opaque serde error; the document
+// states what validation accepts: a `text` part with its `text`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
+    #[schema(schema_with = schemas::content_part_type)]
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = String, required = true)]
     pub text: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
     pub role: ChatRole,
     /// Optional because assistant turns with tool calls carry `null`.
@@ -223,31 +275,42 @@ impl ChatMessageIn {
 }
 
 /// Body of `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+// The `#[schema]` ranges state the rules of `api::validation` in the OpenAPI document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessageIn>,
     /// Deprecated by OpenAI in favour of `max_completion_tokens`, which wins.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 4_294_967_295_u32, format = Int64)]
     pub max_tokens: Option<u32>,
+    /// Absent: up to the end of the context.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 4_294_967_295_u32, format = Int64)]
     pub max_completion_tokens: Option<u32>,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f32>,
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 16)]
     pub n: Option<u32>,
     #[serde(default)]
     pub stream: Option<bool>,
+    /// Only with `stream: true`.
     #[serde(default)]
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
     pub stop: Option<StopInput>,
     #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
     pub presence_penalty: Option<f32>,
     #[serde(default)]
+    #[schema(minimum = -2, maximum = 2)]
     pub frequency_penalty: Option<f32>,
     #[serde(default)]
     pub seed: Option<i64>,
@@ -255,23 +318,29 @@ pub struct ChatCompletionRequest {
     pub logprobs: Option<bool>,
     /// Requires `logprobs: true`.
     #[serde(default)]
+    #[schema(maximum = 20)]
     pub top_logprobs: Option<u32>,
     #[serde(default)]
     pub user: Option<String>,
     // vLLM extensions.
     /// `-1` or `0` disable top-k.
     #[serde(default)]
+    #[schema(minimum = -1)]
     pub top_k: Option<i32>,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1)]
     pub min_p: Option<f32>,
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 3.402_823_5e38)]
     pub repetition_penalty: Option<f32>,
     #[serde(default)]
+    #[schema(schema_with = schemas::stop_token_ids)]
     pub stop_token_ids: Option<Vec<u32>>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
     /// Only `0` is supported for now.
     #[serde(default)]
+    #[schema(maximum = 0)]
     pub min_tokens: Option<u32>,
     /// vLLM renders a template sent with the request; kiln never does (a template is code
     /// run on the server), so any value but `null` is refused with a 400 naming this field.

@@ -2,10 +2,11 @@
 //! `Deserialize` too, so tests and clients can parse them.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::logprobs::{ChatLogprobs, CompletionLogprobs};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -24,7 +25,7 @@ impl Usage {
 
 /// Per-request figures (seconds), the same intervals the histograms observe, so a bill and
 /// a dashboard always agree.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RequestMetrics {
     /// scheduled − queued.
     pub queue_s: Option<f64>,
@@ -42,7 +43,7 @@ pub struct RequestMetrics {
 
 /// `finish_reason` and `logprobs` are always serialized, `null` while
 /// unknown, because OpenAI sends them that way and some clients index them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionChoice {
     pub index: u32,
     pub text: String,
@@ -55,7 +56,7 @@ pub struct CompletionChoice {
     pub metrics: Option<RequestMetrics>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionResponse {
     pub id: String,
     pub object: String,
@@ -82,7 +83,7 @@ impl CompletionResponse {
 
 /// One streamed completions event; `usage` appears only on the final usage
 /// chunk (with empty `choices`) when `stream_options.include_usage` is set.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionChunk {
     pub id: String,
     pub object: String,
@@ -106,7 +107,7 @@ impl CompletionChunk {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatResponseMessage {
     pub role: String,
     pub content: String,
@@ -121,7 +122,7 @@ impl ChatResponseMessage {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
     pub message: ChatResponseMessage,
@@ -133,7 +134,7 @@ pub struct ChatChoice {
     pub metrics: Option<RequestMetrics>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionResponse {
     pub id: String,
     pub object: String,
@@ -160,7 +161,7 @@ impl ChatCompletionResponse {
 
 /// The incremental part of a chat chunk: `role` on the first chunk of a
 /// choice, `content` on the ones that carry text, both absent on the last.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -168,7 +169,7 @@ pub struct ChatDelta {
     pub content: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatChunkChoice {
     pub index: u32,
     pub delta: ChatDelta,
@@ -180,7 +181,7 @@ pub struct ChatChunkChoice {
     pub metrics: Option<RequestMetrics>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: String,
@@ -206,7 +207,7 @@ impl ChatCompletionChunk {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: String,
@@ -227,7 +228,7 @@ impl ModelCard {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ModelList {
     pub object: String,
     pub data: Vec<ModelCard>,

@@ -1,0 +1,146 @@
+//! The request-body extractor of the generation endpoints: actix's JSON extractor checks the
+//! content type, the size limit and the JSON syntax (its errors map through
+//! [`ApiError::from_json_error`]); the typed parse then tracks where it is, so a body that does
+//! not fit the request type is refused with `param` naming the field by its path
+//! (`messages[0].role`), as OpenAI's errors do. Nesting deeper than serde_json parses is
+//! refused wherever it is, in an ignored field too (which serde_json skips without a limit).
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpRequest, web};
+use futures_util::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use super::errors::ApiError;
+
+/// A JSON body parsed into `T`.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let raw = web::Json::<Box<RawValue>>::from_request(req, payload);
+        Box::pin(async move {
+            let raw = raw.await?;
+            Ok(JsonBody(parse(raw.get())?))
+        })
+    }
+}
+
+/// serde_json's own recursion limit for the values it parses.
+pub const MAX_NESTING: usize = 128;
+
+/// Parses `text` (syntactically valid JSON) into `T`; a mismatch names the field at fault.
+pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
+    if nesting_depth(text) > MAX_NESTING {
+        return Err(ApiError::MalformedJson(format!(
+            "the body nests arrays and objects deeper than {MAX_NESTING} levels"
+        )));
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let error = e.into_inner();
+        let message = error.to_string();
+        match param_of(&path, &message) {
+            Some(param) => ApiError::InvalidParameter { param, message },
+            None => ApiError::MalformedJson(message),
+        }
+    })
+}
+
+/// The deepest nesting of arrays and objects in valid JSON `text` (brackets in strings do
+/// not count).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in text.bytes() {
+        match (in_string, byte) {
+            (true, _) if escaped => escaped = false,
+            (true, b'\\') => escaped = true,
+            (true, b'"') | (false, b'"') => in_string = !in_string,
+            (false, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The field a parse error is about: the path where it stopped, extended by the field a
+/// "missing field" names (the path then ends at the object that lacks it).
+fn param_of(path: &str, message: &str) -> Option<String> {
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(field, _)| field);
+    match (path, missing) {
+        (".", Some(field)) => Some(field.to_owned()),
+        (".", None) => None,
+        (path, Some(field)) => Some(format!("{path}.{field}")),
+        (path, None) => Some(path.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
+
+    fn param_for<T: DeserializeOwned>(body: &str) -> Option<String> {
+        match parse::<T>(body) {
+            Ok(_) => panic!("{body} parsed"),
+            Err(e) => e.param().map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_misfit_field_is_named_by_its_path() {
+        let chat = |body| param_for::<ChatCompletionRequest>(body);
+        assert_eq!(chat(r#"{"messages": null}"#).as_deref(), Some("messages"));
+        assert_eq!(chat(r#"{"messages": "hi"}"#).as_deref(), Some("messages"));
+        assert_eq!(chat(r#"{"messages": [123]}"#).as_deref(), Some("messages[0]"));
+        assert_eq!(chat(r#"{"messages": [{}]}"#).as_deref(), Some("messages[0].role"));
+        let role = r#"{"messages": [{"role": "user", "content": "a"}, {"role": 5}]}"#;
+        assert_eq!(chat(role).as_deref(), Some("messages[1].role"));
+        let content = r#"{"messages": [{"role": "user", "content": 5}]}"#;
+        assert_eq!(chat(content).as_deref(), Some("messages[0].content"));
+        assert_eq!(chat(r#"{"model": "m"}"#).as_deref(), Some("messages"));
+        let completion = |body| param_for::<CompletionRequest>(body);
+        assert_eq!(
+            completion(r#"{"prompt": "a", "temperature": 1e400}"#).as_deref(),
+            Some("temperature")
+        );
+        assert_eq!(completion(r#"{"prompt": {"a": 1}}"#).as_deref(), Some("prompt"));
+        assert_eq!(completion(r#"{"prompt": [4294967296]}"#).as_deref(), Some("prompt"));
+    }
+
+    #[test]
+    fn nesting_is_measured_outside_strings_only() {
+        assert_eq!(nesting_depth(r#"{"a": [1, {"b": []}]}"#), 3);
+        assert_eq!(nesting_depth(r#"{"a": "[[[{{\"[["}"#), 1);
+        assert_eq!(nesting_depth(r#"{"a": "ends in a backslash \\", "b": ["]", {}]}"#), 3);
+        assert_eq!(nesting_depth("7"), 0);
+        let deep = format!(r#"{{"prompt": "a", "x": {}{}}}"#, "[".repeat(200), "]".repeat(200));
+        assert!(matches!(
+            parse::<CompletionRequest>(&deep),
+            Err(ApiError::MalformedJson(_))
+        ));
+        let fine = format!(r#"{{"prompt": "a", "x": {}{}}}"#, "[".repeat(100), "]".repeat(100));
+        assert!(parse::<CompletionRequest>(&fine).is_ok());
+    }
+
+    #[test]
+    fn a_body_that_is_not_an_object_has_no_param() {
+        assert_eq!(param_for::<CompletionRequest>("[1]"), None);
+        assert!(matches!(
+            parse::<CompletionRequest>("7"),
+            Err(ApiError::MalformedJson(_))
+        ));
+    }
+}

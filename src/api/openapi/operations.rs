@@ -1,0 +1,178 @@
+//! One `#[utoipa::path]` per route of `api::routes`: what each accepts and answers. The
+//! functions are markers for the derive (the handlers live beside the route table); the tests
+//! check these operations against the table and a real server.
+
+#![allow(dead_code)]
+
+use crate::api::errors::ErrorBody;
+use crate::api::openai_types::{
+    ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ModelList,
+};
+use crate::api::service_types::{Load, Readiness, VersionInfo};
+
+/// One server-sent event of a streamed response, as OpenAPI 3.1 describes a stream: one schema
+/// per event.
+#[derive(utoipa::ToSchema)]
+pub struct ServerSentEvent {
+    /// A chunk as JSON (`CompletionChunk` or `ChatCompletionChunk`), or `[DONE]` after the last.
+    pub data: String,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    tag = "openai",
+    request_body(
+        content = CompletionRequest,
+        content_type = "application/json",
+        examples(
+            ("text" = (summary = "A text prompt, greedy", value = json!({
+                "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0
+            }))),
+            ("token ids" = (summary = "Two prompts as token ids, two choices each", value = json!({
+                "prompt": [[1, 2, 3], [4, 5]], "max_tokens": 4, "n": 2, "seed": 7,
+                "logprobs": 2, "stop": ["\n"]
+            }))),
+            ("streamed" = (summary = "Streamed, with a final usage chunk", value = json!({
+                "prompt": ["Hello", "Goodbye"], "max_tokens": 4, "stream": true,
+                "stream_options": {"include_usage": true}
+            })))
+        )
+    ),
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, server-sent events of \
+            `CompletionChunk`s ending with `data: [DONE]`",
+            content(
+                (CompletionResponse = "application/json"),
+                (ServerSentEvent = "text/event-stream")
+            )),
+        (status = 400, description = "A parameter is invalid (`param` names it), or the prompt \
+            and `max_tokens` exceed the context", body = ErrorBody),
+        (status = 404, description = "`model` is not the served model", body = ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
+            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
+        (status = 500, description = "The engine failed", body = ErrorBody),
+        (status = 503, description = "The engine is not running", body = ErrorBody)
+    )
+)]
+pub fn create_completion() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    request_body(
+        content = ChatCompletionRequest,
+        content_type = "application/json",
+        examples(
+            ("chat" = (summary = "A short chat, greedy", value = json!({
+                "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Say hello."}
+                ],
+                "max_completion_tokens": 8, "temperature": 0
+            }))),
+            ("content parts" = (summary = "Text parts, logprobs", value = json!({
+                "model": null,
+                "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}
+                ]}],
+                "max_tokens": 4, "logprobs": true, "top_logprobs": 2, "seed": 1
+            }))),
+            ("streamed" = (summary = "Streamed, with a final usage chunk", value = json!({
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_completion_tokens": 4, "stream": true,
+                "stream_options": {"include_usage": true}
+            })))
+        )
+    ),
+    responses(
+        (status = 200, description = "The chat completion; with `stream: true`, server-sent \
+            events of `ChatCompletionChunk`s ending with `data: [DONE]`",
+            content(
+                (ChatCompletionResponse = "application/json"),
+                (ServerSentEvent = "text/event-stream")
+            )),
+        (status = 400, description = "A parameter or message is invalid (`param` names it), or \
+            the messages and `max_completion_tokens` exceed the context", body = ErrorBody),
+        (status = 404, description = "`model` is not the served model", body = ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
+            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
+        (status = 500, description = "The engine failed", body = ErrorBody),
+        (status = 503, description = "The engine is not running", body = ErrorBody)
+    )
+)]
+pub fn create_chat_completion() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "openai",
+    responses((status = 200, description = "The served model", body = ModelList))
+)]
+pub fn list_models() {}
+
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "service",
+    responses(
+        (status = 200, description = "Alive: serving now or after a restart"),
+        (status = 503, description = "Dead for good, or the engine does not answer", body = ErrorBody)
+    )
+)]
+pub fn health() {}
+
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "service",
+    responses(
+        (status = 200, description = "Ready for new requests", body = Readiness),
+        (status = 503, description = "Loading, restarting, draining or dead", body = Readiness)
+    )
+)]
+pub fn ready() {}
+
+#[utoipa::path(
+    get,
+    path = "/version",
+    tag = "service",
+    responses((status = 200, description = "kiln's version", body = VersionInfo))
+)]
+pub fn version() {}
+
+#[utoipa::path(
+    get,
+    path = "/load",
+    tag = "service",
+    responses(
+        (status = 200, description = "The engine's load", body = Load),
+        (status = 503, description = "The engine is not running", body = ErrorBody)
+    )
+)]
+pub fn load() {}
+
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "service",
+    responses(
+        (status = 200, description = "Prometheus text exposition (version 0.0.4)",
+            body = String, content_type = "text/plain"),
+        (status = 500, description = "The metrics could not be rendered", body = ErrorBody)
+    )
+)]
+pub fn metrics() {}
+
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "service",
+    responses((status = 200, description = "This document", body = Object, content_type = "application/json"))
+)]
+pub fn openapi_json() {}

@@ -1,0 +1,240 @@
+//! The document against the code: the route table, the request types and validation.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
+
+fn document() -> Value {
+    serde_json::to_value(ApiDoc::openapi()).expect("document serializes")
+}
+
+/// `(METHOD, path)` of every `resource!(path, Method::X, handler)` line of the route table.
+fn route_table() -> BTreeSet<(String, String)> {
+    let source = include_str!("../routes.rs");
+    source
+        .split("resource!(\"")
+        .skip(1)
+        .filter_map(|rest| {
+            let (path, rest) = rest.split_once('"')?;
+            let method = rest.trim_start_matches([',', ' ']).strip_prefix("Method::")?;
+            let method = method.split(|c: char| !c.is_ascii_alphabetic()).next()?;
+            Some((method.to_owned(), path.to_owned()))
+        })
+        .collect()
+}
+
+fn documented_operations(doc: &Value) -> BTreeSet<(String, String)> {
+    let paths = doc["paths"].as_object().expect("paths");
+    paths
+        .iter()
+        .flat_map(|(path, item)| {
+            let methods = item.as_object().expect("path item");
+            methods.keys().map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_document_lists_exactly_the_routes_of_the_route_table() {
+    let table = route_table();
+    assert!(
+        table.len() >= 9,
+        "the route table parsed to {table:?}; did its form change?"
+    );
+    assert!(table.contains(&("GET".into(), "/openapi.json".into())));
+    assert_eq!(documented_operations(&document()), table);
+}
+
+/// A request body with `field` set, on top of a minimal valid body for `request`.
+fn body_with(request: &str, field: &str, value: Value) -> Value {
+    let mut body = match request {
+        "CompletionRequest" => json!({"prompt": "hi"}),
+        _ => json!({"messages": [{"role": "user", "content": "hi"}]}),
+    };
+    body[field] = value;
+    // Fields that validation checks against another one.
+    match field {
+        "best_of" => body["n"] = body["best_of"].clone(),
+        "top_logprobs" => body["logprobs"] = json!(true),
+        _ => {}
+    }
+    body
+}
+
+/// Whether kiln takes the body: it parses, and validation (sampling parameters and, for chat,
+/// the message contents) passes. Model-dependent checks (context, vocabulary) come later.
+fn accepts(request: &str, body: &Value) -> bool {
+    match request {
+        "CompletionRequest" => {
+            serde_json::from_value::<CompletionRequest>(body.clone()).is_ok_and(|r| r.sampling_params().is_ok())
+        }
+        "ChatCompletionRequest" => serde_json::from_value::<ChatCompletionRequest>(body.clone())
+            .is_ok_and(|r| r.sampling_params().is_ok() && r.flattened_messages().is_ok()),
+        other => panic!("no request type for {other}"),
+    }
+}
+
+/// Values just inside and just outside each numeric bound the document states.
+fn probes(schema: &Value) -> Vec<(Value, bool)> {
+    let integer =
+        schema["type"].as_array().is_some_and(|t| t.contains(&json!("integer"))) || schema["type"] == "integer";
+    let step = if integer { 1.0 } else { 1e-3 };
+    let value = |x: f64| if integer { json!(x as i64) } else { json!(x) };
+    let mut out = Vec::new();
+    if let Some(min) = schema["minimum"].as_f64() {
+        out.extend([(value(min), true), (value(min - step), false)]);
+    }
+    if let Some(min) = schema["exclusiveMinimum"].as_f64() {
+        out.extend([(value(min + step), true), (value(min), false)]);
+    }
+    if let Some(max) = schema["maximum"].as_f64() {
+        // Past f32::MAX the f32 fields read infinity, which validation refuses.
+        let beyond = if max > 1e30 { max * 2.0 } else { max + step };
+        out.extend([(value(max), true), (value(beyond), false)]);
+    }
+    out
+}
+
+#[test]
+fn every_numeric_bound_in_the_document_is_the_bound_validation_enforces() {
+    let doc = document();
+    let mut checked = 0;
+    for request in GENERATION_REQUESTS {
+        let properties = doc["components"]["schemas"][request]["properties"]
+            .as_object()
+            .expect("properties");
+        for (field, schema) in properties {
+            for (value, inside) in probes(schema) {
+                let body = body_with(request, field, value.clone());
+                assert_eq!(
+                    accepts(request, &body),
+                    inside,
+                    "{request}.{field} = {value}: the document says {}",
+                    if inside { "valid" } else { "invalid" }
+                );
+                checked += 1;
+            }
+        }
+    }
+    // temperature, top_p, n, logprobs, penalties, best_of, top_k, min_p, ... in both requests.
+    assert!(checked >= 60, "only {checked} bounds probed");
+}
+
+#[test]
+fn enumerated_values_are_the_ones_validation_takes() {
+    let doc = document();
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["CompletionRequest"]["properties"]["echo"]["enum"],
+        json!([false, null])
+    );
+    assert!(accepts(
+        "CompletionRequest",
+        &body_with("CompletionRequest", "echo", json!(false))
+    ));
+    assert!(!accepts(
+        "CompletionRequest",
+        &body_with("CompletionRequest", "echo", json!(true))
+    ));
+
+    let roles = schemas["ChatRole"]["enum"].as_array().expect("roles");
+    for role in roles {
+        let body = json!({"messages": [{"role": role, "content": "hi"}]});
+        assert!(accepts("ChatCompletionRequest", &body), "{role}");
+    }
+    let body = json!({"messages": [{"role": "bot", "content": "hi"}]});
+    assert!(!accepts("ChatCompletionRequest", &body));
+
+    let part = &schemas["MessageContent"]["oneOf"][1]["items"];
+    assert_eq!(part["properties"]["type"]["enum"], json!(["text"]));
+    assert_eq!(part["required"], json!(["type", "text"]));
+    let with_parts = |parts: Value| json!({"messages": [{"role": "user", "content": parts}]});
+    assert!(accepts(
+        "ChatCompletionRequest",
+        &with_parts(json!([{"type": "text", "text": "a"}]))
+    ));
+    assert!(!accepts(
+        "ChatCompletionRequest",
+        &with_parts(json!([{"type": "text"}]))
+    ));
+    assert!(!accepts(
+        "ChatCompletionRequest",
+        &with_parts(json!([{"type": "image_url", "text": "a"}]))
+    ));
+}
+
+#[test]
+fn every_request_example_is_a_valid_request() {
+    let doc = document();
+    let mut seen = 0;
+    for (path, request) in [
+        ("/v1/completions", "CompletionRequest"),
+        ("/v1/chat/completions", "ChatCompletionRequest"),
+    ] {
+        let body = &doc["paths"][path]["post"]["requestBody"]["content"]["application/json"];
+        assert_eq!(body["schema"]["$ref"], format!("#/components/schemas/{request}"));
+        let examples = body["examples"].as_object().expect("examples");
+        assert!(!examples.is_empty(), "{path} has no examples");
+        for (name, example) in examples {
+            assert!(accepts(request, &example["value"]), "{path} example {name:?}");
+            seen += 1;
+        }
+    }
+    assert!(seen >= 4);
+}
+
+#[test]
+fn every_error_response_is_the_openai_error_shape() {
+    let doc = document();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("operations") {
+            for (status, response) in operation["responses"].as_object().expect("responses") {
+                if status.starts_with('4') || (status.starts_with('5') && path != "/ready") {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/ErrorBody",
+                        "{method} {path} {status}"
+                    );
+                }
+            }
+        }
+    }
+    let detail = &doc["components"]["schemas"]["ErrorDetail"];
+    assert_eq!(detail["required"], json!(["message", "type", "param", "code"]));
+}
+
+#[test]
+fn the_served_document_states_the_models_bounds_and_the_limits() {
+    use std::sync::Arc;
+
+    use crate::model::chat_template::{CHATML_TEMPLATE, ChatTemplate};
+
+    let tokenizer = tokenizers::Tokenizer::new(tokenizers::models::bpe::BPE::default());
+    let model = ServedModel {
+        name: "m".into(),
+        tokenizer: Arc::new(tokenizer),
+        chat_template: Arc::new(ChatTemplate::new(CHATML_TEMPLATE, "", "").expect("template")),
+        max_model_len: 256,
+        token_id_bound: 300,
+        created: 0,
+    };
+    let limits = LimitsConfig {
+        max_stop_token_ids: 5,
+        ..LimitsConfig::default()
+    };
+    let doc = served_document(&model, &limits);
+    let schemas = &doc["components"]["schemas"];
+    for request in GENERATION_REQUESTS {
+        let properties = &schemas[request]["properties"];
+        assert_eq!(properties["model"]["enum"], json!(["m", null]), "{request}");
+        assert_eq!(properties["stop_token_ids"]["maxItems"], 5, "{request}");
+    }
+    assert_eq!(schemas[COMPLETION]["properties"]["max_tokens"]["maximum"], 255);
+    assert_eq!(schemas[CHAT]["properties"]["max_completion_tokens"]["maximum"], 255);
+    assert_eq!(schemas[CHAT]["properties"]["max_tokens"].get("maximum"), None);
+    assert_eq!(schemas[TOKEN_ID]["maximum"], 299);
+    // The rest is the generic document.
+    assert_eq!(doc["paths"], document()["paths"]);
+}
