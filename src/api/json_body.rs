@@ -73,8 +73,12 @@ fn nesting_depth(text: &str) -> usize {
 }
 
 /// The field a parse error is about: the path where it stopped, extended by the field a
-/// "missing field" names (the path then ends at the object that lacks it).
+/// "missing field" names (the path then ends at the object that lacks it). None when the body
+/// itself is not an object (a path from the root array, or the root).
 fn param_of(path: &str, message: &str) -> Option<String> {
+    if path.starts_with('[') {
+        return None;
+    }
     let missing = message
         .strip_prefix("missing field `")
         .and_then(|rest| rest.split_once('`'))
@@ -122,7 +126,7 @@ mod tests {
 
     #[test]
     fn nesting_is_measured_outside_strings_only() {
-        assert_eq!(nesting_depth(r#"{"a": [1, {"b": []}]}"#), 3);
+        assert_eq!(nesting_depth(r#"{"a": [1, {"b": []}]}"#), 4);
         assert_eq!(nesting_depth(r#"{"a": "[[[{{\"[["}"#), 1);
         assert_eq!(nesting_depth(r#"{"a": "ends in a backslash \\", "b": ["]", {}]}"#), 3);
         assert_eq!(nesting_depth("7"), 0);

@@ -5,11 +5,12 @@ use actix_web::http::Method;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::AppState;
+use super::auth::ApiKeys;
 use super::chat::create_chat_completion;
 use super::completions::create_completion;
 use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
-use super::openapi::{allowed_methods, served_document};
+use super::openapi::{Serving, allowed_methods, served_document};
 use super::service_types::{Load, Readiness, VersionInfo};
 use crate::engine::health::EngineHealth;
 use crate::scheduler::actor::GetLoad;
@@ -118,7 +119,13 @@ async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
         .body(text))
 }
 
-/// This server's OpenAPI document (its model's bounds and its limits filled in).
-async fn openapi_json(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok().json(served_document(&state.model, &state.limits))
+/// This listener's OpenAPI document: its routes, its model's bounds, its limits, its keys.
+async fn openapi_json(req: HttpRequest, state: web::Data<AppState>, keys: Option<web::Data<ApiKeys>>) -> HttpResponse {
+    let routes = |path: &str| req.resource_map().has_resource(path);
+    HttpResponse::Ok().json(served_document(&Serving {
+        model: &state.model,
+        limits: &state.limits,
+        api_keys: keys.is_some_and(|k| k.is_enabled()),
+        routes: &routes,
+    }))
 }

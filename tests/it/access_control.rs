@@ -28,6 +28,7 @@ fn guarded() -> Vec<(Method, &'static str, Option<Value>)> {
             "/v1/chat/completions",
             Some(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})),
         ),
+        (Method::GET, "/openapi.json", None),
         (Method::GET, "/no/such/route", None),
     ]
 }

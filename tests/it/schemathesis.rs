@@ -21,7 +21,7 @@ use crate::common::start_tiny;
 
 /// Examples per operation and phase: enough to reach every field's bounds and shapes, few
 /// enough that the run stays within its CI budget.
-const MAX_EXAMPLES: &str = "1000";
+const MAX_EXAMPLES: &str = "500";
 /// The run fails if schemathesis has not finished by then.
 const DEADLINE: Duration = Duration::from_secs(240);
 

@@ -1,6 +1,8 @@
 //! One `#[utoipa::path]` per route of `api::routes`: what each accepts and answers. The
 //! functions are markers for the derive (the handlers live beside the route table); the tests
-//! check these operations against the table and a real server.
+//! check these operations against the table and a real server. While the model loads, every
+//! route but `/health` and `/ready` answers 503 (see `server::loading`); with API keys, every
+//! route but `api::auth::OPEN_PATHS` may answer 401.
 
 #![allow(dead_code)]
 
@@ -48,13 +50,15 @@ pub struct ServerSentEvent {
             )),
         (status = 400, description = "A parameter is invalid (`param` names it), or the prompt \
             and `max_tokens` exceed the context", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
         (status = 404, description = "`model` is not the served model", body = ErrorBody),
         (status = 408, description = "The body arrived too slowly", body = ErrorBody),
         (status = 413, description = "The body is over the size limit", body = ErrorBody),
         (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
             body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 503, description = "The engine is not running", body = ErrorBody)
+        (status = 503, description = "The model is loading (with `Retry-After`) or the engine is \
+            not running", body = ErrorBody)
     )
 )]
 pub fn create_completion() {}
@@ -97,13 +101,15 @@ pub fn create_completion() {}
             )),
         (status = 400, description = "A parameter or message is invalid (`param` names it), or \
             the messages and `max_completion_tokens` exceed the context", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
         (status = 404, description = "`model` is not the served model", body = ErrorBody),
         (status = 408, description = "The body arrived too slowly", body = ErrorBody),
         (status = 413, description = "The body is over the size limit", body = ErrorBody),
         (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
             body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
         (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 503, description = "The engine is not running", body = ErrorBody)
+        (status = 503, description = "The model is loading (with `Retry-After`) or the engine is \
+            not running", body = ErrorBody)
     )
 )]
 pub fn create_chat_completion() {}
@@ -112,7 +118,11 @@ pub fn create_chat_completion() {}
     get,
     path = "/v1/models",
     tag = "openai",
-    responses((status = 200, description = "The served model", body = ModelList))
+    responses(
+        (status = 200, description = "The served model", body = ModelList),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
+    )
 )]
 pub fn list_models() {}
 
@@ -142,7 +152,10 @@ pub fn ready() {}
     get,
     path = "/version",
     tag = "service",
-    responses((status = 200, description = "kiln's version", body = VersionInfo))
+    responses(
+        (status = 200, description = "kiln's version", body = VersionInfo),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
+    )
 )]
 pub fn version() {}
 
@@ -152,7 +165,8 @@ pub fn version() {}
     tag = "service",
     responses(
         (status = 200, description = "The engine's load", body = Load),
-        (status = 503, description = "The engine is not running", body = ErrorBody)
+        (status = 503, description = "The model is loading (with `Retry-After`) or the engine is \
+            not running", body = ErrorBody)
     )
 )]
 pub fn load() {}
@@ -164,7 +178,8 @@ pub fn load() {}
     responses(
         (status = 200, description = "Prometheus text exposition (version 0.0.4)",
             body = String, content_type = "text/plain"),
-        (status = 500, description = "The metrics could not be rendered", body = ErrorBody)
+        (status = 500, description = "The metrics could not be rendered", body = ErrorBody),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
     )
 )]
 pub fn metrics() {}
@@ -173,6 +188,10 @@ pub fn metrics() {}
     get,
     path = "/openapi.json",
     tag = "service",
-    responses((status = 200, description = "This document", body = Object, content_type = "application/json"))
+    responses(
+        (status = 200, description = "This document", body = Object, content_type = "application/json"),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
+    )
 )]
 pub fn openapi_json() {}

@@ -4,8 +4,13 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use super::served::{API_KEY_SCHEME, CHAT, COMPLETION, GENERATION_REQUESTS};
 use super::*;
+use crate::api::ServedModel;
+use crate::api::auth::OPEN_PATHS;
+use crate::api::openai_types::schemas::TOKEN_ID;
 use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
+use crate::config::LimitsConfig;
 
 fn document() -> Value {
     serde_json::to_value(ApiDoc::openapi()).expect("document serializes")
@@ -205,26 +210,35 @@ fn every_error_response_is_the_openai_error_shape() {
     assert_eq!(detail["required"], json!(["message", "type", "param", "code"]));
 }
 
-#[test]
-fn the_served_document_states_the_models_bounds_and_the_limits() {
+fn tiny_model() -> ServedModel {
     use std::sync::Arc;
 
     use crate::model::chat_template::{CHATML_TEMPLATE, ChatTemplate};
 
     let tokenizer = tokenizers::Tokenizer::new(tokenizers::models::bpe::BPE::default());
-    let model = ServedModel {
+    ServedModel {
         name: "m".into(),
         tokenizer: Arc::new(tokenizer),
         chat_template: Arc::new(ChatTemplate::new(CHATML_TEMPLATE, "", "").expect("template")),
         max_model_len: 256,
         token_id_bound: 300,
         created: 0,
-    };
+    }
+}
+
+#[test]
+fn the_served_document_states_the_models_bounds_and_the_limits() {
+    let model = tiny_model();
     let limits = LimitsConfig {
         max_stop_token_ids: 5,
         ..LimitsConfig::default()
     };
-    let doc = served_document(&model, &limits);
+    let doc = served_document(&Serving {
+        model: &model,
+        limits: &limits,
+        api_keys: false,
+        routes: &|_| true,
+    });
     let schemas = &doc["components"]["schemas"];
     for request in GENERATION_REQUESTS {
         let properties = &schemas[request]["properties"];
@@ -233,8 +247,42 @@ fn the_served_document_states_the_models_bounds_and_the_limits() {
     }
     assert_eq!(schemas[COMPLETION]["properties"]["max_tokens"]["maximum"], 255);
     assert_eq!(schemas[CHAT]["properties"]["max_completion_tokens"]["maximum"], 255);
-    assert_eq!(schemas[CHAT]["properties"]["max_tokens"].get("maximum"), None);
+    // Beside `max_completion_tokens`, any `u32` is taken.
+    assert_eq!(schemas[CHAT]["properties"]["max_tokens"]["maximum"], u32::MAX);
     assert_eq!(schemas[TOKEN_ID]["maximum"], 299);
     // The rest is the generic document.
     assert_eq!(doc["paths"], document()["paths"]);
+    assert_eq!(doc["components"].get("securitySchemes"), None);
+}
+
+#[test]
+fn the_served_document_lists_only_routed_paths_and_asks_for_the_key_off_the_open_paths() {
+    let model = tiny_model();
+    let limits = LimitsConfig::default();
+    let doc = served_document(&Serving {
+        model: &model,
+        limits: &limits,
+        api_keys: true,
+        routes: &|path| path != "/metrics",
+    });
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(!paths.contains_key("/metrics"));
+    assert_eq!(paths.len(), document()["paths"].as_object().expect("paths").len() - 1);
+    assert_eq!(doc["components"]["securitySchemes"][API_KEY_SCHEME]["scheme"], "bearer");
+    for (path, item) in paths {
+        let operation = item.as_object().and_then(|i| i.values().next()).expect("operation");
+        let open = OPEN_PATHS.contains(&path.as_str());
+        let security = operation.get("security");
+        assert_eq!(security.is_none(), open, "{path}: {security:?}");
+    }
+}
+
+#[test]
+fn a_401_is_documented_exactly_where_a_key_is_asked_for() {
+    let doc = document();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        let operation = item.as_object().and_then(|i| i.values().next()).expect("operation");
+        let has_401 = operation["responses"].get("401").is_some();
+        assert_eq!(has_401, !OPEN_PATHS.contains(&path.as_str()), "{path}");
+    }
 }
