@@ -345,6 +345,7 @@ pub struct ChatCompletionRequest {
     /// vLLM renders a template sent with the request; kiln never does (a template is code
     /// run on the server), so any value but `null` is refused with a 400 naming this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = schemas::refused_chat_template)]
     pub chat_template: Option<serde_json::Value>,
 }
 

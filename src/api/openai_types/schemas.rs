@@ -112,6 +112,16 @@ pub fn echo() -> RefOr<Schema> {
         .into()
 }
 
+/// `chat_template`: only `null` (or leaving it out); kiln never renders a client's template.
+pub fn refused_chat_template() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::Null)
+        .description(Some(
+            "Not accepted: the server renders only the model's or the operator's template.",
+        ))
+        .into()
+}
+
 /// Keys that Rust's `u32::from_str` reads (an optional `+`, then digits).
 const TOKEN_ID_KEY_PATTERN: &str = "^\\+?[0-9]{1,10}$";
 

@@ -145,6 +145,10 @@ fn enumerated_values_are_the_ones_validation_takes() {
         &body_with("CompletionRequest", "echo", json!(true))
     ));
 
+    assert_eq!(schemas[CHAT]["properties"]["chat_template"]["type"], "null");
+    assert!(accepts(CHAT, &body_with(CHAT, "chat_template", Value::Null)));
+    assert!(!accepts(CHAT, &body_with(CHAT, "chat_template", json!("{{ 1 }}"))));
+
     let roles = schemas["ChatRole"]["enum"].as_array().expect("roles");
     for role in roles {
         let body = json!({"messages": [{"role": role, "content": "hi"}]});
