@@ -188,6 +188,7 @@ impl ChoiceStream {
             usage: TokenUsage {
                 prompt_tokens: self.prompt_tokens,
                 completion_tokens: self.completion_tokens,
+                cached_prompt_tokens: 0,
             },
             timings: RequestIntervals::default(),
         };
@@ -299,6 +300,14 @@ pub async fn collect(mut choice: ChoiceStream) -> Result<(u32, ChoiceDelta), Api
 }
 
 /// Runs every choice to its end; the choices in index order and their generated tokens.
+/// Cached prompt tokens of a body, each prompt counted once (by its first choice; choice
+/// `index` belongs to prompt `index / choices_per_prompt`), as `prompt_tokens` is.
+pub fn cached_prompt_tokens(ends: impl Iterator<Item = (u32, usize)>, choices_per_prompt: u32) -> usize {
+    ends.filter(|(index, _)| index % choices_per_prompt.max(1) == 0)
+        .map(|(_, cached)| cached)
+        .sum()
+}
+
 pub async fn collect_all(choices: Vec<ChoiceStream>) -> Result<(Vec<(u32, ChoiceDelta)>, usize), ApiError> {
     let results = futures_util::future::try_join_all(choices.into_iter().map(collect)).await?;
     let completion_tokens = results

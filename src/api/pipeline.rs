@@ -10,11 +10,11 @@ use actix_web::HttpResponse;
 
 use super::errors::ApiError;
 use super::fan_out::{FanOut, plan_choices, submit_choices};
-use super::generation::{ChoiceDelta, collect_all};
+use super::generation::{ChoiceDelta, cached_prompt_tokens, collect_all};
 use super::limits::{PromptSize, check_limits};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
 use super::prompt::{ParamNames, check_prompt};
-use super::sse::{ChunkFormat, sse_response};
+use super::sse::{ChunkFormat, PromptUsage, sse_response};
 use super::{AppState, ServedModel, unix_now};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -129,19 +129,28 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
         max_model_len: state.model.max_model_len,
         params: names,
     };
+    let choices_per_prompt = params.n.max(1);
     let choices = plan_choices(&fan_out, prompts, params)?;
     let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices).await?;
     match delivery {
         Delivery::Stream { include_usage } => Ok(sse_response(
             choices,
-            prompt_tokens,
+            PromptUsage {
+                tokens: prompt_tokens,
+                choices_per_prompt,
+            },
             include_usage,
             state.stream_stall_timeout,
             format,
         )),
         Delivery::Whole => {
             let (results, completion_tokens) = collect_all(choices).await?;
-            Ok(format.response(results, Usage::new(prompt_tokens as u32, completion_tokens as u32)))
+            let ends = results
+                .iter()
+                .map(|(index, delta)| (*index, delta.end.map_or(0, |e| e.usage.cached_prompt_tokens)));
+            let cached = cached_prompt_tokens(ends, choices_per_prompt);
+            let usage = Usage::new(prompt_tokens as u32, completion_tokens as u32).with_cached(cached as u32);
+            Ok(format.response(results, usage))
         }
     }
 }

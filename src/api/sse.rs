@@ -11,7 +11,7 @@ use futures_util::stream::{self, SelectAll, Stream, StreamExt};
 use serde::Serialize;
 
 use super::errors::ApiError;
-use super::generation::{ChoiceDelta, ChoiceStream};
+use super::generation::{ChoiceDelta, ChoiceStream, cached_prompt_tokens};
 use super::openai_types::Usage;
 use super::stall_watch::watch_stalls;
 
@@ -57,11 +57,18 @@ fn choice_items(choice: ChoiceStream) -> impl Stream<Item = Item> {
     })
 }
 
-/// The SSE response for `choices`; `prompt_tokens` counts each prompt once. A client that
-/// stops taking chunks for `stall_timeout` is taken as gone (see [`watch_stalls`]).
+/// A body's prompt tokens (each prompt once) and choices per prompt, for its usage chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptUsage {
+    pub tokens: usize,
+    pub choices_per_prompt: u32,
+}
+
+/// The SSE response for `choices`. A client that stops taking chunks for `stall_timeout` is
+/// taken as gone (see [`watch_stalls`]).
 pub fn sse_response<F: ChunkFormat>(
     choices: Vec<ChoiceStream>,
-    prompt_tokens: usize,
+    prompt: PromptUsage,
     include_usage: bool,
     stall_timeout: Duration,
     mut format: F,
@@ -70,37 +77,38 @@ pub fn sse_response<F: ChunkFormat>(
     let opening: Vec<Result<Bytes, actix_web::Error>> =
         choices.iter().filter_map(|c| format.opening(c.index)).map(Ok).collect();
     let merged: SelectAll<_> = stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
-    let state = (merged, format, 0usize, false);
-    let body = stream::unfold(
-        state,
-        move |(mut merged, mut format, mut completion, done)| async move {
-            if done {
-                return None;
+    // (completion tokens, cached prompt tokens) so far.
+    let state = (merged, format, (0usize, 0usize), false);
+    let body = stream::unfold(state, move |(mut merged, mut format, mut counts, done)| async move {
+        if done {
+            return None;
+        }
+        match merged.next().await {
+            Some((index, Ok(delta))) => {
+                if let Some(end) = &delta.end {
+                    counts.0 += end.usage.completion_tokens;
+                    let ends = std::iter::once((index, end.usage.cached_prompt_tokens));
+                    counts.1 += cached_prompt_tokens(ends, prompt.choices_per_prompt);
+                }
+                let chunk = format.delta(index, &delta);
+                Some((vec![Ok(chunk)], (merged, format, counts, false)))
             }
-            match merged.next().await {
-                Some((index, Ok(delta))) => {
-                    if let Some(end) = &delta.end {
-                        completion += end.usage.completion_tokens;
-                    }
-                    let chunk = format.delta(index, &delta);
-                    Some((vec![Ok(chunk)], (merged, format, completion, false)))
-                }
-                Some((_, Err(error))) => {
-                    tracing::warn!(%error, "stream ended by an engine error");
-                    let chunk = sse_data(&error.body());
-                    Some((vec![Ok(chunk), Ok(sse_done())], (merged, format, completion, true)))
-                }
-                None => {
-                    let mut tail = Vec::new();
-                    if include_usage {
-                        tail.push(Ok(format.usage(Usage::new(prompt_tokens as u32, completion as u32))));
-                    }
-                    tail.push(Ok(sse_done()));
-                    Some((tail, (merged, format, completion, true)))
-                }
+            Some((_, Err(error))) => {
+                tracing::warn!(%error, "stream ended by an engine error");
+                let chunk = sse_data(&error.body());
+                Some((vec![Ok(chunk), Ok(sse_done())], (merged, format, counts, true)))
             }
-        },
-    )
+            None => {
+                let mut tail = Vec::new();
+                if include_usage {
+                    let usage = Usage::new(prompt.tokens as u32, counts.0 as u32).with_cached(counts.1 as u32);
+                    tail.push(Ok(format.usage(usage)));
+                }
+                tail.push(Ok(sse_done()));
+                Some((tail, (merged, format, counts, true)))
+            }
+        }
+    })
     .flat_map(stream::iter);
     HttpResponse::Ok()
         .content_type("text/event-stream")

@@ -145,6 +145,15 @@ pub struct ServeArgs {
     /// cumulative or delta.
     #[arg(long, env = "KILN_OTLP_TEMPORALITY")]
     pub otlp_temporality: Option<String>,
+    /// KV-block residency histograms (lifetime, idle before eviction, reuse gaps), as vLLM's.
+    #[arg(long, env = "KILN_KV_CACHE_METRICS")]
+    pub kv_cache_metrics: bool,
+    /// Fraction of KV blocks those histograms sample (default 0.01).
+    #[arg(long, env = "KILN_KV_CACHE_METRICS_SAMPLE")]
+    pub kv_cache_metrics_sample: Option<f64>,
+    /// Estimated FLOPs and bytes read and written per step, as vLLM's MFU metrics.
+    #[arg(long, env = "KILN_ENABLE_MFU_METRICS")]
+    pub enable_mfu_metrics: bool,
     /// Seconds running requests get to finish after SIGTERM before they are aborted.
     #[arg(long, env = "KILN_SHUTDOWN_GRACE_PERIOD")]
     pub shutdown_grace_period: Option<f64>,
@@ -233,6 +242,9 @@ impl ServeArgs {
         if self.enable_per_request_metrics {
             c.server.enable_per_request_metrics = true;
         }
+        c.telemetry.kv_cache_metrics |= self.kv_cache_metrics;
+        set(&mut c.telemetry.kv_cache_metrics_sample, &self.kv_cache_metrics_sample);
+        c.telemetry.enable_mfu_metrics |= self.enable_mfu_metrics;
         c.validate()?;
         Ok(c)
     }

@@ -134,6 +134,12 @@ pub struct TelemetrySettings {
     pub otlp_headers: Vec<String>,
     /// "cumulative" or "delta".
     pub otlp_temporality: String,
+    /// KV-block residency histograms (vLLM's `--kv-cache-metrics`).
+    pub kv_cache_metrics: bool,
+    /// Fraction of KV blocks sampled for them (vLLM's `--kv-cache-metrics-sample`).
+    pub kv_cache_metrics_sample: f64,
+    /// Estimated FLOPs and bytes of every step (vLLM's `--enable-mfu-metrics`).
+    pub enable_mfu_metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -198,6 +204,9 @@ impl Default for TelemetrySettings {
             otlp_timeout_s: 10.0,
             otlp_headers: Vec::new(),
             otlp_temporality: "cumulative".into(),
+            kv_cache_metrics: false,
+            kv_cache_metrics_sample: 0.01,
+            enable_mfu_metrics: false,
         }
     }
 }
@@ -305,6 +314,12 @@ impl Config {
             return Err(invalid(
                 "telemetry.log_interval_s",
                 "must be a positive number of seconds",
+            ));
+        }
+        if !(t.kv_cache_metrics_sample > 0.0 && t.kv_cache_metrics_sample <= 1.0) {
+            return Err(invalid(
+                "telemetry.kv_cache_metrics_sample",
+                "must be a fraction in (0, 1]",
             ));
         }
         if t.engine_prefix

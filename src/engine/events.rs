@@ -18,6 +18,8 @@ pub struct TokenLogprobs {
 pub struct TokenUsage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache (`prompt_tokens_details.cached_tokens`).
+    pub cached_prompt_tokens: usize,
 }
 
 /// An event on a request's output channel.

@@ -23,7 +23,9 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Instant;
 
+use super::residency::{BlockResidency, ResidencyObservations};
 use crate::engine::types::RequestId;
 
 /// Identity of a full block's contents: the hash of (parent block's hash, this block's token
@@ -137,6 +139,8 @@ pub struct BlockManager {
     swapped: HashMap<RequestId, Vec<u32>>,
     queried_tokens: u64,
     hit_tokens: u64,
+    /// Residency of sampled blocks (`--kv-cache-metrics`); `None` when off.
+    residency: Option<BlockResidency>,
 }
 
 impl BlockManager {
@@ -165,6 +169,7 @@ impl BlockManager {
             swapped: HashMap::new(),
             queried_tokens: 0,
             hit_tokens: 0,
+            residency: None,
         }
     }
 
@@ -215,6 +220,9 @@ impl BlockManager {
             };
             self.cache.unpark(block);
             self.ref_cnt[block as usize] += 1;
+            if let Some(r) = &mut self.residency {
+                r.reused(block, Instant::now());
+            }
             table.blocks.push(block);
             table.hashes.push(hash);
         }
@@ -246,12 +254,18 @@ impl BlockManager {
 
     /// One free block, held once. The caller checked `num_free_blocks`.
     fn take_block(&mut self) -> u32 {
-        let block = self
-            .free
-            .pop_front()
-            .or_else(|| self.cache.evict())
-            .expect("caller checked num_free_blocks");
+        let (block, evicted) = match self.free.pop_front() {
+            Some(block) => (block, false),
+            None => (self.cache.evict().expect("caller checked num_free_blocks"), true),
+        };
         self.ref_cnt[block as usize] = 1;
+        if let Some(r) = &mut self.residency {
+            let now = Instant::now();
+            if evicted {
+                r.evicted(block, now);
+            }
+            r.allocated(block, now);
+        }
         block
     }
 
@@ -293,6 +307,9 @@ impl BlockManager {
             let count = &mut self.ref_cnt[block as usize];
             *count -= 1;
             if *count == 0 {
+                if let Some(r) = &mut self.residency {
+                    r.released(block, Instant::now());
+                }
                 if self.cache.is_cached(block) {
                     self.cache.park(block);
                 } else {
@@ -378,7 +395,18 @@ impl BlockManager {
         (self.num_cpu_blocks - self.cpu_free.len()) as f64 / self.num_cpu_blocks as f64
     }
 
-    /// (prompt tokens queried, tokens found cached) since the last call.
+    /// Samples `fraction` of block allocations for the residency histograms (0: off).
+    pub fn sample_residency(&mut self, fraction: f64) {
+        self.residency = BlockResidency::new(fraction);
+    }
+
+    /// Residency observations since the last call (empty when sampling is off).
+    pub fn take_residency(&mut self) -> ResidencyObservations {
+        self.residency.as_mut().map(BlockResidency::take).unwrap_or_default()
+    }
+
+    /// (prompt tokens queried, tokens found cached) since the last call, every lookup
+    /// counted (retries too); the exported counters are the scheduler's, once per request.
     pub fn take_prefix_stats(&mut self) -> (u64, u64) {
         (
             std::mem::take(&mut self.queried_tokens),

@@ -4,3 +4,4 @@ pub mod backend_ops;
 pub mod block_manager;
 pub mod capacity;
 pub mod device_cache;
+pub mod residency;

@@ -116,6 +116,8 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             preemption_mode: PreemptionMode::Recompute,
             enable_prefix_caching: false,
             async_scheduling: true,
+            kv_block_metrics_sample: 0.0,
+            step_cost: None,
         },
         vec![999],
     );

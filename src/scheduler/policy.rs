@@ -14,6 +14,7 @@ use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, Schedul
 use crate::engine::types::{FinishReason, RequestId};
 use crate::kv_cache::block_manager::{BlockManager, BlockManagerConfig};
 use crate::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
+use crate::stats::step_cost::StepCostModel;
 
 /// Limits the scheduler enforces.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +32,11 @@ pub struct SchedulerConfig {
     pub enable_prefix_caching: bool,
     /// Schedule each step while the one before runs ([`Scheduler::schedule_ahead`]).
     pub async_scheduling: bool,
+    /// Fraction of KV-block allocations sampled for the residency histograms
+    /// (`--kv-cache-metrics`); 0: off.
+    pub kv_block_metrics_sample: f64,
+    /// Estimate each step's FLOPs and bytes (`--enable-mfu-metrics`); `None`: off.
+    pub step_cost: Option<StepCostModel>,
 }
 
 /// What preemption does with a request's KV blocks.
@@ -65,6 +71,10 @@ pub struct Scheduler {
     /// Finished-request stats and preemptions not yet reported in a `StepResult`.
     pending: IterationStats,
     preemptions: u64,
+    /// Prompt tokens looked up in / found in the prefix cache since the last stats, once per
+    /// request (`count_prefix_lookup`).
+    prefix_queries: u64,
+    prefix_hits: u64,
 }
 
 impl Scheduler {
@@ -82,12 +92,7 @@ impl Scheduler {
             );
             config.max_model_len = cache_tokens;
         }
-        let blocks = BlockManager::with_config(BlockManagerConfig {
-            num_gpu_blocks: config.num_gpu_blocks,
-            num_cpu_blocks: config.num_cpu_blocks,
-            block_size: config.block_size,
-            enable_prefix_caching: config.enable_prefix_caching,
-        });
+        let blocks = Self::new_blocks(&config);
         Self {
             config,
             blocks,
@@ -97,7 +102,21 @@ impl Scheduler {
             end_of_generation,
             pending: IterationStats::default(),
             preemptions: 0,
+            prefix_queries: 0,
+            prefix_hits: 0,
         }
+    }
+
+    /// The block pool `config` describes, residency sampling included.
+    fn new_blocks(config: &SchedulerConfig) -> BlockManager {
+        let mut blocks = BlockManager::with_config(BlockManagerConfig {
+            num_gpu_blocks: config.num_gpu_blocks,
+            num_cpu_blocks: config.num_cpu_blocks,
+            block_size: config.block_size,
+            enable_prefix_caching: config.enable_prefix_caching,
+        });
+        blocks.sample_residency(config.kv_block_metrics_sample);
+        blocks
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -263,6 +282,7 @@ impl Scheduler {
                 break;
             }
             let mut request = self.waiting.pop_front().expect("front exists");
+            self.count_prefix_lookup(&mut request);
             request.timestamps.scheduled.get_or_insert(now);
             *budget -= num_new;
             out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
@@ -369,6 +389,12 @@ impl Scheduler {
         let mut result = StepResult::default();
         let mut iteration = std::mem::take(&mut self.pending);
         iteration.num_batched_tokens += batch.num_tokens() as u64;
+        if let Some(model) = &self.config.step_cost {
+            iteration.step_cost += model.per_step();
+            for seq in &batch.sequences {
+                iteration.step_cost += model.sequence(seq.token_ids.len(), seq.start_position, seq.sample);
+            }
+        }
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
             let Some(index) = self.running.iter().position(|r| r.id == seq.id) else {
@@ -393,6 +419,9 @@ impl Scheduler {
             if !request.prefill_counted {
                 request.prefill_counted = true;
                 iteration.num_prompt_tokens += prompt_len as u64;
+                let cached = request.cached_prompt_tokens.unwrap_or(0).min(prompt_len);
+                iteration.num_prompt_tokens_cached += cached as u64;
+                iteration.prefill_kv_computed_tokens.push((prompt_len - cached) as u64);
             }
             request.output.push(sampled.token);
             iteration.num_generation_tokens += 1;
@@ -460,6 +489,7 @@ impl Scheduler {
         let usage = TokenUsage {
             prompt_tokens: request.prompt.len(),
             completion_tokens: request.output.len(),
+            cached_prompt_tokens: request.cached_prompt_tokens.unwrap_or(0),
         };
         let stats = FinishedRequestStats {
             finish_reason: reason,
@@ -531,12 +561,7 @@ impl Scheduler {
             result.events.push((id, TokenEvent::Failed { error: error.clone() }));
             result.iteration_stats.finished.push(stats);
         }
-        self.blocks = BlockManager::with_config(BlockManagerConfig {
-            num_gpu_blocks: self.config.num_gpu_blocks,
-            num_cpu_blocks: self.config.num_cpu_blocks,
-            block_size: self.config.block_size,
-            enable_prefix_caching: self.config.enable_prefix_caching,
-        });
+        self.blocks = Self::new_blocks(&self.config);
         result
     }
 
@@ -554,33 +579,6 @@ impl Scheduler {
         }
     }
 
-    /// Gauges now, without consuming the preemption count.
-    pub fn make_stats_snapshot(&self) -> SchedulerStats {
-        SchedulerStats {
-            num_running: self.running.len(),
-            num_waiting: self.waiting.len(),
-            num_swapped: self.swapped.len(),
-            kv_cache_usage: self.blocks.usage(),
-            cpu_cache_usage: self.blocks.cpu_usage(),
-            ..SchedulerStats::default()
-        }
-    }
-
-    /// Gauges now, and the preemptions and prefix-cache lookups since the last call.
-    pub fn make_stats(&mut self) -> SchedulerStats {
-        let (queries, hits) = self.blocks.take_prefix_stats();
-        SchedulerStats {
-            num_running: self.running.len(),
-            num_waiting: self.waiting.len(),
-            num_swapped: self.swapped.len(),
-            kv_cache_usage: self.blocks.usage(),
-            cpu_cache_usage: self.blocks.cpu_usage(),
-            prefix_cache_queries: queries,
-            prefix_cache_hits: hits,
-            num_preemptions: std::mem::take(&mut self.preemptions),
-        }
-    }
-
     /// Blocks held by requests (leak checks in tests).
     pub fn num_block_owners(&self) -> usize {
         self.blocks.num_owners()
@@ -590,6 +588,8 @@ impl Scheduler {
 #[cfg(test)]
 #[path = "policy_progress_tests.rs"]
 mod progress_tests;
+#[path = "policy_stats.rs"]
+mod stats;
 #[cfg(test)]
 #[path = "policy_test_driver.rs"]
 mod test_driver;

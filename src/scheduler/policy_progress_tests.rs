@@ -80,6 +80,8 @@ fn case() -> impl Strategy<Value = Case> {
                     preemption_mode: mode,
                     enable_prefix_caching: prefix,
                     async_scheduling,
+                    kv_block_metrics_sample: 0.0,
+                    step_cost: None,
                 };
                 Case { config, arrivals }
             },
@@ -236,6 +238,8 @@ fn cache_of_384(mode: PreemptionMode, max_model_len: usize) -> SchedulerConfig {
         preemption_mode: mode,
         enable_prefix_caching: false,
         async_scheduling: false,
+        kv_block_metrics_sample: 0.0,
+        step_cost: None,
     }
 }
 

@@ -29,6 +29,8 @@ pub(super) fn config(blocks: usize) -> SchedulerConfig {
         preemption_mode: PreemptionMode::Recompute,
         enable_prefix_caching: false,
         async_scheduling: false,
+        kv_block_metrics_sample: 0.0,
+        step_cost: None,
     }
 }
 

@@ -37,6 +37,9 @@ pub(crate) struct Request {
     pub in_flight: InFlight,
     /// Whether `prompt_tokens_total` has counted this request (once, at its first token).
     pub prefill_counted: bool,
+    /// Prompt tokens found in the prefix cache at its first admission (`None` until then):
+    /// the prefix-cache counters count one lookup per request, however often it is retried.
+    pub cached_prompt_tokens: Option<usize>,
 }
 
 impl Request {
@@ -54,6 +57,7 @@ impl Request {
             num_computed: 0,
             in_flight: InFlight::default(),
             prefill_counted: false,
+            cached_prompt_tokens: None,
         }
     }
 

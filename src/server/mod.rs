@@ -158,6 +158,8 @@ pub async fn start_on<E: Executor>(
                 num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
                 enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
             },
+            kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
+            mfu_metrics: prepared.scheduler.step_cost.is_some(),
         },
         push_readers,
     )?;

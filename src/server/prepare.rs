@@ -23,6 +23,7 @@ use crate::model::tokenizer::token_id_bound;
 use crate::model::weights::{LoadOptions, build_llama};
 use crate::model::{Backend, default_device};
 use crate::scheduler::{PreemptionMode, SchedulerConfig};
+use crate::stats::step_cost::StepCostModel;
 
 /// The configured model path, or the default model (fetched on first use).
 pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {
@@ -168,6 +169,10 @@ pub fn prepare_engine<E: Executor>(
     let chat_template = ChatTemplate::new(&template_source, &token_text(special.bos), &token_text(special.eos))?
         .with_limits(RenderLimits::for_prompt_bytes(config.limits.max_prompt_bytes));
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let step_cost = config
+        .telemetry
+        .enable_mfu_metrics
+        .then(|| step_cost_model(config, &files));
     Ok(PreparedEngine {
         served: ServedModel {
             name: served_name,
@@ -193,7 +198,23 @@ pub fn prepare_engine<E: Executor>(
             },
             enable_prefix_caching: config.engine.enable_prefix_caching,
             async_scheduling: config.engine.async_scheduling,
+            kv_block_metrics_sample: if config.telemetry.kv_cache_metrics {
+                config.telemetry.kv_cache_metrics_sample
+            } else {
+                0.0
+            },
+            step_cost,
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })
+}
+
+/// The step-cost model of `--enable-mfu-metrics`: weights counted as the executor holds them
+/// (the GGUF's size when it multiplies quantised blocks, 4 bytes a parameter otherwise).
+fn step_cost_model(config: &Config, files: &ModelFiles) -> StepCostModel {
+    let weight_bytes = match std::fs::metadata(files.weights.path()) {
+        Ok(m) if m.is_file() && !config.model.dequantize_weights => m.len() as f64,
+        _ => 4.0 * StepCostModel::parameters(&files.config),
+    };
+    StepCostModel::new(&files.config, weight_bytes, 4)
 }

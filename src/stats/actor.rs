@@ -178,7 +178,7 @@ impl Handler<AdmissionRejected> for StatsActor {
 
     fn handle(&mut self, msg: AdmissionRejected, _: &mut Self::Context) {
         if let Some(i) = &self.instruments {
-            let attrs = [i.model[0].clone(), KeyValue::new("reason", msg.reason)];
+            let attrs = i.with_model(KeyValue::new("reason", msg.reason));
             i.engine.admission_rejections.add(1, &attrs);
         }
     }
@@ -213,6 +213,11 @@ impl Handler<Barrier> for StatsActor {
 
 /// The recording rules of METRICS.md, kept next to the actor that applies them.
 impl Instruments {
+    /// The engine labels plus one more.
+    pub(super) fn with_model(&self, extra: KeyValue) -> [KeyValue; 3] {
+        [self.model[0].clone(), self.model[1].clone(), extra]
+    }
+
     /// Creates every gauge and counter series at 0 before the first step, so a scrape of
     /// an idle server already shows `num_requests_waiting` (routers read it) and `rate()`
     /// has a baseline for each `finished_reason` and admission reason.
@@ -224,7 +229,7 @@ impl Instruments {
         for reason in ADMISSION_REJECTION_REASONS {
             self.engine
                 .admission_rejections
-                .add(0, &[self.model[0].clone(), KeyValue::new("reason", reason)]);
+                .add(0, &self.with_model(KeyValue::new("reason", reason)));
         }
         self.engine.avg_prompt_throughput.record(0.0, &self.model);
         self.engine.avg_generation_throughput.record(0.0, &self.model);
@@ -245,6 +250,8 @@ impl Instruments {
         e.prefix_cache_queries.add(s.prefix_cache_queries, m);
         e.prefix_cache_hits.add(s.prefix_cache_hits, m);
         e.prompt_tokens.add(it.num_prompt_tokens, m);
+        self.prompt_source.record_step(m, s, it);
+        self.flagged.record_step(m, s, it);
         e.generation_tokens.add(it.num_generation_tokens, m);
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);
@@ -329,6 +336,7 @@ impl Instruments {
         h.request_duration.record(r.duration.as_secs_f64(), &attrs);
         h.request_body_size.record(r.request_body_bytes, &attrs);
         h.response_body_size.record(r.response_body_bytes, &attrs);
+        self.instrumentator.record(r);
     }
 }
 
@@ -360,14 +368,18 @@ mod tests {
                 prefix_cache_queries: 30,
                 prefix_cache_hits: 12,
                 num_preemptions: 1,
+                ..SchedulerStats::default()
             },
             iteration: IterationStats {
                 num_prompt_tokens: 30,
                 num_generation_tokens: 12,
                 num_batched_tokens: 42,
                 num_prefill_tokens_computed: 18,
+                num_prompt_tokens_cached: 12,
+                prefill_kv_computed_tokens: vec![8, 10],
                 time_to_first_token_s: vec![0.2, 0.3],
                 inter_token_latency_s: vec![0.02; 9],
+                step_cost: Default::default(),
                 finished: vec![
                     finished(FinishReason::Stop, 5),
                     finished(FinishReason::Length, 7),

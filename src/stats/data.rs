@@ -1,8 +1,10 @@
 //! Stats as plain data: produced by the scheduler each step, recorded by the `StatsActor`.
 //! Nothing here touches a metrics API.
 
+use super::step_cost::StepCost;
 use crate::engine::intervals::RequestIntervals;
 use crate::engine::types::{FinishReason, Operation};
+use crate::kv_cache::residency::ResidencyObservations;
 
 /// A snapshot of the scheduler's state after one step (gauges).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -20,6 +22,8 @@ pub struct SchedulerStats {
     pub prefix_cache_hits: u64,
     /// Preemptions (recompute or swap) during this step.
     pub num_preemptions: u64,
+    /// Sampled KV-block residency since the last stats (`--kv-cache-metrics`; else empty).
+    pub kv_block_residency: ResidencyObservations,
 }
 
 /// What happened during one engine step (counters and histograms).
@@ -33,10 +37,16 @@ pub struct IterationStats {
     pub num_batched_tokens: u64,
     /// Prompt tokens actually computed this step (throughput log line; excludes cache hits).
     pub num_prefill_tokens_computed: u64,
+    /// Of `num_prompt_tokens`, those whose KV came from the prefix cache (same requests).
+    pub num_prompt_tokens_cached: u64,
+    /// Per request whose prefill completed this step: prompt tokens computed, not cached.
+    pub prefill_kv_computed_tokens: Vec<u64>,
     /// Time to first token (s) of requests that produced their first token this step.
     pub time_to_first_token_s: Vec<f64>,
     /// Inter-token latencies (s): one per token after a request's first.
     pub inter_token_latency_s: Vec<f64>,
+    /// The step's estimated FLOPs and bytes (`--enable-mfu-metrics`; else 0).
+    pub step_cost: StepCost,
     /// Requests that ended this step, whatever the reason.
     pub finished: Vec<FinishedRequestStats>,
 }

@@ -15,13 +15,14 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{InstrumentKind, Pipeline, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::resource::EnvResourceDetector;
-use prometheus::{Encoder as _, Registry, TextEncoder};
+use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 
+use super::exposition::{ExpositionFormat, encode};
 use super::instruments::{BucketError, HistogramBuckets, Instruments, InstrumentsConfig};
 
 /// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
-pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub const METRICS_CONTENT_TYPE: &str = ExpositionFormat::PrometheusText.content_type();
 
 /// The instrumentation scope name (not exported as labels: scope info is off).
 const METER_NAME: &str = "kiln";
@@ -50,6 +51,10 @@ pub struct TelemetryConfig {
     pub service_instance_id: String,
     pub buckets: HistogramBuckets,
     pub cache_info: CacheConfigInfo,
+    /// `--kv-cache-metrics`: expose the KV-block residency histograms.
+    pub kv_cache_metrics: bool,
+    /// `--enable-mfu-metrics`: expose the estimated FLOPs and bytes counters.
+    pub mfu_metrics: bool,
 }
 
 impl Default for TelemetryConfig {
@@ -62,6 +67,8 @@ impl Default for TelemetryConfig {
             service_instance_id: String::new(),
             buckets: HistogramBuckets::default(),
             cache_info: CacheConfigInfo::default(),
+            kv_cache_metrics: false,
+            mfu_metrics: false,
         }
     }
 }
@@ -79,10 +86,6 @@ pub enum TelemetryError {
     Exporter(#[source] OTelSdkError),
     #[error("registering a collector in the prometheus registry: {0}")]
     Registry(#[from] prometheus::Error),
-    #[error("encoding /metrics: {0}")]
-    Encode(#[source] prometheus::Error),
-    #[error("/metrics is not UTF-8: {0}")]
-    Utf8(#[from] std::string::FromUtf8Error),
     #[error("shutting down the meter provider: {0}")]
     Shutdown(#[source] OTelSdkError),
 }
@@ -151,6 +154,8 @@ pub fn build_telemetry_with_readers(
             engine_prefix: &cfg.engine_prefix,
             model_name: &cfg.model_name,
             buckets: &cfg.buckets,
+            kv_cache_metrics: cfg.kv_cache_metrics,
+            mfu_metrics: cfg.mfu_metrics,
         },
     );
     record_cache_config(&instruments, &cfg.cache_info);
@@ -162,14 +167,10 @@ pub fn build_telemetry_with_readers(
     })
 }
 
-/// Renders the registry in the Prometheus text format (`METRICS_CONTENT_TYPE`).
+/// Renders the registry in the Prometheus text format (`METRICS_CONTENT_TYPE`) with kiln's
+/// own writer (`exposition`: bucket bounds spelled as vLLM's `le="1.0"`).
 pub fn render_metrics(registry: &Registry) -> Result<String, TelemetryError> {
-    let families = registry.gather();
-    let mut buf = Vec::with_capacity(16 * 1024);
-    TextEncoder::new()
-        .encode(&families, &mut buf)
-        .map_err(TelemetryError::Encode)?;
-    Ok(String::from_utf8(buf)?)
+    Ok(encode(&registry.gather(), ExpositionFormat::PrometheusText))
 }
 
 fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
@@ -223,6 +224,7 @@ fn record_cache_config(instruments: &Instruments, info: &CacheConfigInfo) {
         1,
         &[
             instruments.model[0].clone(),
+            instruments.model[1].clone(),
             KeyValue::new("block_size", info.block_size.to_string()),
             KeyValue::new("num_gpu_blocks", info.num_gpu_blocks.to_string()),
             KeyValue::new("num_cpu_blocks", info.num_cpu_blocks.to_string()),
@@ -382,9 +384,12 @@ mod tests {
             num_generation_tokens: 5,
             num_batched_tokens: 15,
             num_prefill_tokens_computed: 10,
+            num_prompt_tokens_cached: 0,
+            prefill_kv_computed_tokens: vec![10],
             time_to_first_token_s: vec![0.2],
             inter_token_latency_s: vec![0.03, 0.04],
             finished: vec![finished(FinishReason::Stop, 5)],
+            ..Default::default()
         };
         (scheduler, iteration)
     }
@@ -419,6 +424,10 @@ mod tests {
                         lines.iter().all(|l| l.contains("model_name=\"smollm2\"")),
                         "{series} without model_name"
                     );
+                    assert!(
+                        lines.iter().all(|l| l.contains("engine=\"0\"")),
+                        "{series} without engine"
+                    );
                 }
             }
             assert!(!text.contains("otel_scope_"), "scope labels leaked");
@@ -444,11 +453,11 @@ mod tests {
         let text = render_after_busy_step("vllm:");
         let ttft = "vllm:time_to_first_token_seconds_bucket";
         assert!(value(&text, ttft, &[("le", "0.001")]).is_some());
-        assert!(value(&text, ttft, &[("le", "2560")]).is_some());
+        assert!(value(&text, ttft, &[("le", "2560.0")]).is_some());
         assert_eq!(samples(&text, ttft).len(), 23, "22 bounds + +Inf");
         let tokens = "vllm:request_prompt_tokens_bucket";
-        assert_eq!(value(&text, tokens, &[("le", "5000")]), Some(1.0));
-        assert!(value(&text, tokens, &[("le", "10000")]).is_none());
+        assert_eq!(value(&text, tokens, &[("le", "5000.0")]), Some(1.0));
+        assert!(value(&text, tokens, &[("le", "10000.0")]).is_none());
         let info = samples(&text, "vllm:cache_config_info");
         assert_eq!(info.len(), 1);
         for label in [

@@ -141,6 +141,10 @@ pub mod http {
 /// The `reason` values of `admission_rejections_total` (series created at start).
 pub const ADMISSION_REJECTION_REASONS: [&str; 2] = ["queue_full", "too_long"];
 
+/// The `engine` label of every engine series: vLLM numbers its engine cores from 0 and
+/// kiln runs one engine per process.
+pub const ENGINE_INDEX: &str = "0";
+
 /// `gen_ai.provider.name`: kiln serves its own models.
 pub const GEN_AI_PROVIDER: &str = "kiln";
 
@@ -344,6 +348,10 @@ pub struct InstrumentsConfig<'a> {
     /// The configured model name: `model_name` and the GenAI model attributes.
     pub model_name: &'a str,
     pub buckets: &'a HistogramBuckets,
+    /// `--kv-cache-metrics`: the KV-block residency histograms exist.
+    pub kv_cache_metrics: bool,
+    /// `--enable-mfu-metrics`: the estimated FLOPs and bytes counters exist.
+    pub mfu_metrics: bool,
 }
 
 /// All instruments plus the attribute sets reused on every record (built once, so the hot
@@ -352,10 +360,13 @@ pub struct Instruments {
     pub(super) engine: EngineInstruments,
     pub(super) gen_ai: GenAiInstruments,
     pub(super) http: HttpInstruments,
-    /// `[model_name]`.
-    pub(super) model: [KeyValue; 1],
-    /// `[model_name, finished_reason]`, indexed by `reason_index`.
-    pub(super) by_reason: [[KeyValue; 2]; 4],
+    pub(super) prompt_source: super::prompt_source::PromptSourceInstruments,
+    pub(super) instrumentator: super::instrumentator::InstrumentatorInstruments,
+    pub(super) flagged: super::flagged::FlaggedInstruments,
+    /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
+    pub(super) model: [KeyValue; 2],
+    /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
+    pub(super) by_reason: [[KeyValue; 3]; 4],
     /// GenAI operation, provider, request and response model, indexed by `operation_index`.
     pub(super) gen_ai_base: [[KeyValue; 4]; 2],
 }
@@ -493,8 +504,17 @@ impl Instruments {
         };
         // Arc-backed values: cloning an attribute on the hot path copies a pointer.
         let model_name: Arc<str> = Arc::from(cfg.model_name);
-        let model = KeyValue::new("model_name", model_name.clone());
-        let with_reason = |r: FinishReason| [model.clone(), KeyValue::new("finished_reason", r.as_str())];
+        let model = [
+            KeyValue::new("model_name", model_name.clone()),
+            KeyValue::new("engine", ENGINE_INDEX),
+        ];
+        let with_reason = |r: FinishReason| {
+            [
+                model[0].clone(),
+                model[1].clone(),
+                KeyValue::new("finished_reason", r.as_str()),
+            ]
+        };
         let by_reason = [
             with_reason(FinishReason::Stop),
             with_reason(FinishReason::Length),
@@ -509,11 +529,15 @@ impl Instruments {
                 KeyValue::new("gen_ai.response.model", model_name.clone()),
             ]
         };
+        let prompt_source = super::prompt_source::PromptSourceInstruments::new(meter, cfg, &model);
         Self {
             engine,
             gen_ai,
             http,
-            model: [model],
+            prompt_source,
+            instrumentator: super::instrumentator::InstrumentatorInstruments::new(meter),
+            flagged: super::flagged::FlaggedInstruments::new(meter, cfg),
+            model,
             by_reason,
             gen_ai_base: [gen_ai_attrs(Operation::Chat), gen_ai_attrs(Operation::TextCompletion)],
         }

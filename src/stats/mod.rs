@@ -5,7 +5,12 @@
 pub mod actor;
 pub mod data;
 pub mod exporter;
+pub mod exposition;
+pub mod flagged;
 pub mod http_middleware;
+pub mod instrumentator;
 pub mod instruments;
 pub mod otlp;
+pub mod prompt_source;
+pub mod step_cost;
 pub mod throughput_log;

@@ -26,4 +26,5 @@ mod slow_clients;
 mod telemetry;
 mod telemetry_external;
 mod tls;
+mod vllm_dashboards;
 mod vocabulary;

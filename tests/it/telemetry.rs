@@ -141,9 +141,12 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
     for (name, kind) in OTHERS {
         assert_eq!(types.get(*name).map(String::as_str), Some(*kind), "{name}:\n{text}");
     }
-    // Labels: engine series carry model_name; no series carries otel_scope_*.
+    // Labels: engine series carry model_name and engine; no series carries otel_scope_*.
     for s in series(&text).iter().filter(|s| s.starts_with("vllm:")) {
-        assert!(s.contains("model_name=\"tiny-llama\""), "{s}");
+        assert!(
+            s.contains("model_name=\"tiny-llama\"") && s.contains("engine=\"0\""),
+            "{s}"
+        );
     }
     assert!(!text.contains("otel_scope_"), "otel_scope labels leaked");
     assert!(text.lines().any(|l| l.starts_with("target_info{")

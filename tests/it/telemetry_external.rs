@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::common::start_tiny;
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -20,12 +20,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn tool(var: &str) -> String {
+pub(crate) fn tool(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
 }
 
 /// Kills the child when dropped.
-struct Process(Child);
+pub(crate) struct Process(pub(crate) Child);
 
 impl Drop for Process {
     fn drop(&mut self) {

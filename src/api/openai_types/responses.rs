@@ -11,6 +11,15 @@ pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    #[serde(default)]
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's breakdown of the prompt tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u32,
 }
 
 impl Usage {
@@ -19,7 +28,14 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens.saturating_add(completion_tokens),
+            prompt_tokens_details: PromptTokensDetails::default(),
         }
+    }
+
+    /// With `cached` of the prompt tokens served from the prefix cache.
+    pub fn with_cached(mut self, cached: u32) -> Self {
+        self.prompt_tokens_details.cached_tokens = cached;
+        self
     }
 }
 

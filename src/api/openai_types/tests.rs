@@ -116,7 +116,8 @@ fn chunk_keeps_null_finish_reason_and_logprobs_and_omits_usage() {
     let v = serde_json::to_value(&last).unwrap();
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+        json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     assert_eq!(v["choices"], json!([]));
 }

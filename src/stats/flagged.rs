@@ -1,0 +1,101 @@
+//! Engine families vLLM exposes only behind a flag, and kiln likewise:
+//! `--kv-cache-metrics` (KV-block residency histograms, from sampled blocks) and
+//! `--enable-mfu-metrics` (estimated FLOPs and bytes per step; "per GPU" is per engine).
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter};
+
+use super::data::{IterationStats, SchedulerStats};
+use super::instruments::{InstrumentsConfig, Spec, engine_metric_name};
+
+#[rustfmt::skip]
+pub mod specs {
+    use super::Spec;
+
+    pub const KV_BLOCK_LIFETIME: Spec = Spec { name: "kv_block_lifetime", unit: "s", description: "KV block lifetime from allocation to eviction (sampled blocks)." };
+    pub const KV_BLOCK_IDLE_BEFORE_EVICT: Spec = Spec { name: "kv_block_idle_before_evict", unit: "s", description: "Time a KV block sat unused before it was evicted (sampled blocks)." };
+    pub const KV_BLOCK_REUSE_GAP: Spec = Spec { name: "kv_block_reuse_gap", unit: "s", description: "Time between consecutive uses of a KV block by prefix-cache hits (sampled blocks)." };
+    // Unit annotations, not `By`: the exposed names already say bytes.
+    pub const ESTIMATED_FLOPS: Spec = Spec { name: "estimated_flops_per_gpu", unit: "{flop}", description: "Estimated model FLOPs of the engine's steps, from their shapes." };
+    pub const ESTIMATED_READ_BYTES: Spec = Spec { name: "estimated_read_bytes_per_gpu", unit: "{byte}", description: "Estimated bytes the engine's steps read (weights once a step, KV context)." };
+    pub const ESTIMATED_WRITE_BYTES: Spec = Spec { name: "estimated_write_bytes_per_gpu", unit: "{byte}", description: "Estimated bytes the engine's steps wrote (new tokens' KV)." };
+}
+
+/// Residency buckets (s): a millisecond to an hour.
+pub const RESIDENCY_BUCKETS: [f64; 22] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1200.0, 1800.0, 3600.0,
+];
+
+struct Residency {
+    lifetime: Histogram<f64>,
+    idle_before_evict: Histogram<f64>,
+    reuse_gap: Histogram<f64>,
+}
+
+struct StepCostCounters {
+    flops: Counter<f64>,
+    read_bytes: Counter<f64>,
+    write_bytes: Counter<f64>,
+}
+
+/// The flagged instruments; each group is `None` when its flag is off, so nothing of it is
+/// exposed.
+pub(super) struct FlaggedInstruments {
+    residency: Option<Residency>,
+    step_cost: Option<StepCostCounters>,
+}
+
+impl FlaggedInstruments {
+    pub(super) fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>) -> Self {
+        let name = |s: &Spec| engine_metric_name(cfg.engine_prefix, s.name);
+        let hist = |s: Spec| {
+            meter
+                .f64_histogram(name(&s))
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .with_boundaries(RESIDENCY_BUCKETS.to_vec())
+                .build()
+        };
+        let counter = |s: Spec| {
+            meter
+                .f64_counter(name(&s))
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .build()
+        };
+        Self {
+            residency: cfg.kv_cache_metrics.then(|| Residency {
+                lifetime: hist(specs::KV_BLOCK_LIFETIME),
+                idle_before_evict: hist(specs::KV_BLOCK_IDLE_BEFORE_EVICT),
+                reuse_gap: hist(specs::KV_BLOCK_REUSE_GAP),
+            }),
+            step_cost: cfg.mfu_metrics.then(|| StepCostCounters {
+                flops: counter(specs::ESTIMATED_FLOPS),
+                read_bytes: counter(specs::ESTIMATED_READ_BYTES),
+                write_bytes: counter(specs::ESTIMATED_WRITE_BYTES),
+            }),
+        }
+    }
+
+    /// One step; the counters add 0 on idle steps so their series exist from the start.
+    pub(super) fn record_step(&self, model: &[KeyValue], s: &SchedulerStats, it: &IterationStats) {
+        if let Some(r) = &self.residency {
+            let o = &s.kv_block_residency;
+            for (hist, values) in [
+                (&r.lifetime, &o.lifetime_s),
+                (&r.idle_before_evict, &o.idle_before_evict_s),
+                (&r.reuse_gap, &o.reuse_gap_s),
+            ] {
+                for &v in values {
+                    hist.record(v, model);
+                }
+            }
+        }
+        if let Some(c) = &self.step_cost {
+            c.flops.add(it.step_cost.flops, model);
+            c.read_bytes.add(it.step_cost.read_bytes, model);
+            c.write_bytes.add(it.step_cost.write_bytes, model);
+        }
+    }
+}

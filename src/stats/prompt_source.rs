@@ -1,0 +1,105 @@
+//! vLLM's second-round engine families that say where a prompt's KV came from and why
+//! requests wait: `prompt_tokens_by_source_total`, `prompt_tokens_cached_total`,
+//! `prompt_tokens_cached_by_source_total`, `request_prefill_kv_computed_tokens` and
+//! `num_requests_waiting_by_reason`. kiln has no KV transfer, so the `external_kv_transfer`
+//! series stay 0, and every waiting request waits for capacity (none is deferred); the
+//! series exist from the start all the same, as vLLM's do, so dashboards show 0, not "no data".
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
+
+use super::data::{IterationStats, SchedulerStats};
+use super::instruments::{BucketFamily, HistogramSpec, InstrumentsConfig, Spec, engine_metric_name};
+
+/// Instrument specs (vLLM names; the engine prefix is prepended).
+#[rustfmt::skip]
+pub mod specs {
+    use super::super::instruments::{BucketFamily as B, HistogramSpec, Spec};
+
+    pub const PROMPT_TOKENS_BY_SOURCE: Spec = Spec { name: "prompt_tokens_by_source", unit: "{token}", description: "Prompt tokens whose prefill completed, by where their KV came from." };
+    pub const PROMPT_TOKENS_CACHED: Spec = Spec { name: "prompt_tokens_cached", unit: "{token}", description: "Prompt tokens served from the prefix cache, once per request." };
+    pub const PROMPT_TOKENS_CACHED_BY_SOURCE: Spec = Spec { name: "prompt_tokens_cached_by_source", unit: "{token}", description: "Cached prompt tokens, by the cache they came from." };
+    pub const NUM_REQUESTS_WAITING_BY_REASON: Spec = Spec { name: "num_requests_waiting_by_reason", unit: "{request}", description: "Waiting requests, by why they wait (capacity: KV blocks, batch slots or budget)." };
+    pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: HistogramSpec = HistogramSpec { spec: Spec { name: "request_prefill_kv_computed_tokens", unit: "{token}", description: "Prompt tokens a request's prefill computed (prompt minus cached)." }, buckets: B::TokenCounts };
+}
+
+/// `source` values of `prompt_tokens_by_source_total`.
+pub const PROMPT_SOURCES: [&str; 3] = ["local_compute", "local_cache_hit", "external_kv_transfer"];
+/// `source` values of `prompt_tokens_cached_by_source_total`.
+pub const CACHED_SOURCES: [&str; 2] = ["local_cache_hit", "external_kv_transfer"];
+/// `reason` values of `num_requests_waiting_by_reason`.
+pub const WAITING_REASONS: [&str; 2] = ["capacity", "deferred"];
+
+pub(super) struct PromptSourceInstruments {
+    by_source: Counter<u64>,
+    cached: Counter<u64>,
+    cached_by_source: Counter<u64>,
+    waiting_by_reason: Gauge<u64>,
+    prefill_kv_computed: Histogram<u64>,
+    /// `[model_name, engine, source]` per `PROMPT_SOURCES`.
+    by_source_attrs: [Vec<KeyValue>; 3],
+    /// `[model_name, engine, source]` per `CACHED_SOURCES`.
+    cached_attrs: [Vec<KeyValue>; 2],
+    /// `[model_name, engine, reason]` per `WAITING_REASONS`.
+    waiting_attrs: [Vec<KeyValue>; 2],
+}
+
+impl PromptSourceInstruments {
+    pub(super) fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>, model: &[KeyValue]) -> Self {
+        let name = |s: &Spec| engine_metric_name(cfg.engine_prefix, s.name);
+        let counter = |s: Spec| {
+            meter
+                .u64_counter(name(&s))
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .build()
+        };
+        let hist = |h: HistogramSpec| {
+            meter
+                .u64_histogram(name(&h.spec))
+                .with_unit(h.spec.unit)
+                .with_description(h.spec.description)
+                .with_boundaries(cfg.buckets.bounds(BucketFamily::TokenCounts))
+                .build()
+        };
+        let labelled = |key: &'static str, value: &'static str| {
+            let mut attrs = model.to_vec();
+            attrs.push(KeyValue::new(key, value));
+            attrs
+        };
+        let s = specs::NUM_REQUESTS_WAITING_BY_REASON;
+        Self {
+            by_source: counter(specs::PROMPT_TOKENS_BY_SOURCE),
+            cached: counter(specs::PROMPT_TOKENS_CACHED),
+            cached_by_source: counter(specs::PROMPT_TOKENS_CACHED_BY_SOURCE),
+            waiting_by_reason: meter
+                .u64_gauge(name(&s))
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .build(),
+            prefill_kv_computed: hist(specs::REQUEST_PREFILL_KV_COMPUTED_TOKENS),
+            by_source_attrs: PROMPT_SOURCES.map(|v| labelled("source", v)),
+            cached_attrs: CACHED_SOURCES.map(|v| labelled("source", v)),
+            waiting_attrs: WAITING_REASONS.map(|v| labelled("reason", v)),
+        }
+    }
+
+    /// One step; adding 0 keeps every series present from the first (initial) step.
+    pub(super) fn record_step(&self, model: &[KeyValue], s: &SchedulerStats, it: &IterationStats) {
+        let cached = it.num_prompt_tokens_cached.min(it.num_prompt_tokens);
+        let [compute, cache_hit, external] = &self.by_source_attrs;
+        self.by_source.add(it.num_prompt_tokens - cached, compute);
+        self.by_source.add(cached, cache_hit);
+        self.by_source.add(0, external);
+        self.cached.add(cached, model);
+        let [local, transferred] = &self.cached_attrs;
+        self.cached_by_source.add(cached, local);
+        self.cached_by_source.add(0, transferred);
+        let [capacity, deferred] = &self.waiting_attrs;
+        self.waiting_by_reason.record(s.num_waiting as u64, capacity);
+        self.waiting_by_reason.record(0, deferred);
+        for &computed in &it.prefill_kv_computed_tokens {
+            self.prefill_kv_computed.record(computed, model);
+        }
+    }
+}
