@@ -167,6 +167,11 @@ fn every_in_scope_panel_of_vllms_dashboards_returns_data() {
     };
     let t = start_fake(slow, |c| {
         c.engine.enable_prefix_caching = true;
+        // A small cache, so each round evicts cached blocks (the residency histograms).
+        c.engine.num_gpu_blocks_override = 16;
+        c.telemetry.kv_cache_metrics = true;
+        c.telemetry.kv_cache_metrics_sample = 1.0;
+        c.telemetry.enable_mfu_metrics = true;
     });
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("prometheus.yml");
