@@ -47,3 +47,7 @@ impl Scheduler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "policy_stats_tests.rs"]
+mod tests;

@@ -99,3 +99,66 @@ impl FlaggedInstruments {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::kv_cache::residency::ResidencyObservations;
+    use crate::stats::data::{IterationStats, SchedulerStats};
+    use crate::stats::exporter::test_support::{config, value};
+    use crate::stats::exporter::{TelemetryConfig, build_telemetry, render_metrics};
+    use crate::stats::step_cost::StepCost;
+
+    fn step() -> (SchedulerStats, IterationStats) {
+        let scheduler = SchedulerStats {
+            kv_block_residency: ResidencyObservations {
+                lifetime_s: vec![1.5, 30.0],
+                idle_before_evict_s: vec![1.0],
+                reuse_gap_s: vec![0.3],
+            },
+            ..Default::default()
+        };
+        let iteration = IterationStats {
+            step_cost: StepCost {
+                flops: 1e9,
+                read_bytes: 2e6,
+                write_bytes: 4096.0,
+            },
+            ..Default::default()
+        };
+        (scheduler, iteration)
+    }
+
+    fn render(cfg: &TelemetryConfig) -> String {
+        let t = build_telemetry(cfg).unwrap();
+        let (s, i) = step();
+        t.instruments.as_ref().unwrap().record_step_for_test(&s, &i);
+        render_metrics(&t.registry).unwrap()
+    }
+
+    #[test]
+    fn off_by_default_and_recorded_with_their_flags() {
+        let off = render(&config("vllm:"));
+        assert!(!off.contains("kv_block_") && !off.contains("estimated_"), "{off}");
+        let on = render(&TelemetryConfig {
+            kv_cache_metrics: true,
+            mfu_metrics: true,
+            ..config("vllm:")
+        });
+        let count = |name: &str| value(&on, &format!("vllm:{name}_seconds_count"), &[]);
+        assert_eq!(count("kv_block_lifetime"), Some(2.0));
+        assert_eq!(count("kv_block_idle_before_evict"), Some(1.0));
+        assert_eq!(count("kv_block_reuse_gap"), Some(1.0));
+        let lifetime = "vllm:kv_block_lifetime_seconds_bucket";
+        assert_eq!(value(&on, lifetime, &[("le", "2.0")]), Some(1.0));
+        let labels = [("engine", "0"), ("model_name", "smollm2")];
+        assert_eq!(value(&on, "vllm:estimated_flops_per_gpu_total", &labels), Some(1e9));
+        assert_eq!(
+            value(&on, "vllm:estimated_read_bytes_per_gpu_total", &labels),
+            Some(2e6)
+        );
+        assert_eq!(
+            value(&on, "vllm:estimated_write_bytes_per_gpu_total", &labels),
+            Some(4096.0)
+        );
+    }
+}

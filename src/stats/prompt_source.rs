@@ -103,3 +103,74 @@ impl PromptSourceInstruments {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::exporter::test_support::{config, value};
+    use crate::stats::exporter::{build_telemetry, render_metrics};
+
+    #[test]
+    fn every_source_and_reason_exists_from_the_start_at_zero() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let text = render_metrics(&t.registry).unwrap();
+        let labels = |k, v| [(k, v), ("engine", "0"), ("model_name", "smollm2")];
+        for source in PROMPT_SOURCES {
+            let name = "vllm:prompt_tokens_by_source_total";
+            assert_eq!(value(&text, name, &labels("source", source)), Some(0.0), "{source}");
+        }
+        for source in CACHED_SOURCES {
+            let name = "vllm:prompt_tokens_cached_by_source_total";
+            assert_eq!(value(&text, name, &labels("source", source)), Some(0.0), "{source}");
+        }
+        for reason in WAITING_REASONS {
+            let name = "vllm:num_requests_waiting_by_reason";
+            assert_eq!(value(&text, name, &labels("reason", reason)), Some(0.0), "{reason}");
+        }
+        assert_eq!(value(&text, "vllm:prompt_tokens_cached_total", &[]), Some(0.0));
+    }
+
+    #[test]
+    fn a_step_splits_prompt_tokens_by_source_and_waiting_by_reason() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let scheduler = SchedulerStats {
+            num_waiting: 3,
+            ..Default::default()
+        };
+        let iteration = IterationStats {
+            num_prompt_tokens: 30,
+            num_prompt_tokens_cached: 12,
+            prefill_kv_computed_tokens: vec![8, 10],
+            ..Default::default()
+        };
+        let i = t.instruments.as_ref().unwrap();
+        i.record_step_for_test(&scheduler, &iteration);
+        let text = render_metrics(&t.registry).unwrap();
+        let by_source = "vllm:prompt_tokens_by_source_total";
+        assert_eq!(value(&text, by_source, &[("source", "local_compute")]), Some(18.0));
+        assert_eq!(value(&text, by_source, &[("source", "local_cache_hit")]), Some(12.0));
+        assert_eq!(
+            value(&text, by_source, &[("source", "external_kv_transfer")]),
+            Some(0.0)
+        );
+        // The sum over sources is the prompt-token total (METRICS.md).
+        assert_eq!(value(&text, "vllm:prompt_tokens_total", &[]), Some(30.0));
+        assert_eq!(value(&text, "vllm:prompt_tokens_cached_total", &[]), Some(12.0));
+        let cached_by_source = "vllm:prompt_tokens_cached_by_source_total";
+        assert_eq!(
+            value(&text, cached_by_source, &[("source", "local_cache_hit")]),
+            Some(12.0)
+        );
+        let waiting = "vllm:num_requests_waiting_by_reason";
+        assert_eq!(value(&text, waiting, &[("reason", "capacity")]), Some(3.0));
+        assert_eq!(value(&text, waiting, &[("reason", "deferred")]), Some(0.0));
+        assert_eq!(value(&text, "vllm:num_requests_waiting", &[]), Some(3.0));
+        let computed = "vllm:request_prefill_kv_computed_tokens";
+        assert_eq!(value(&text, &format!("{computed}_count"), &[]), Some(2.0));
+        assert_eq!(value(&text, &format!("{computed}_sum"), &[]), Some(18.0));
+        assert_eq!(
+            value(&text, &format!("{computed}_bucket"), &[("le", "10.0")]),
+            Some(2.0)
+        );
+    }
+}

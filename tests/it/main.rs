@@ -26,5 +26,6 @@ mod slow_clients;
 mod telemetry;
 mod telemetry_external;
 mod tls;
+mod vllm_compat;
 mod vllm_dashboards;
 mod vocabulary;
