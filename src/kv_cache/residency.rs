@@ -49,7 +49,7 @@ impl BlockResidency {
     pub fn allocated(&mut self, block: u32, now: Instant) {
         self.sampled.remove(&block);
         self.allocations += 1;
-        if self.allocations % self.every == 0 {
+        if self.allocations.is_multiple_of(self.every) {
             let sample = Sampled {
                 allocated: now,
                 last_access: now,
