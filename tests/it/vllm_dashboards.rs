@@ -74,27 +74,30 @@ fn fill_variables(expr: &str, instance: &str) -> String {
     out
 }
 
-/// The result vector of an instant query (empty on any error, which the caller reports).
-fn instant_query(t: &Tiny, port: u16, query: &str) -> Value {
-    let resp: Value = t
-        .client
+/// Runs an instant query: the response body, or `None` while Prometheus is not answering.
+fn try_query(t: &Tiny, port: u16, query: &str) -> Option<Value> {
+    t.client
         .get(format!("http://127.0.0.1:{port}/api/v1/query"))
         .query(&[("query", query)])
         .send()
         .and_then(|r| r.json())
-        .unwrap_or(Value::Null);
+        .ok()
+}
+
+/// The result vector of an instant query; fails the test when Prometheus refuses it.
+fn instant_query(t: &Tiny, port: u16, query: &str) -> Value {
+    let resp = try_query(t, port, query).unwrap_or(Value::Null);
     assert!(resp["status"] == "success", "Prometheus refused {query}: {resp}");
     resp["data"]["result"].clone()
 }
 
-/// Waits until Prometheus has scraped `want` finished requests.
+/// Waits until Prometheus (perhaps still starting) has scraped `want` finished requests.
 fn wait_for_scraped_requests(t: &Tiny, port: u16, want: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let query = "sum(vllm:request_success_total{job=\"kiln\"})";
     loop {
-        let seen = instant_query(t, port, query)[0]["value"][1]
-            .as_str()
-            .and_then(|v| v.parse::<f64>().ok());
+        let seen =
+            try_query(t, port, query).and_then(|v| v["data"]["result"][0]["value"][1].as_str()?.parse::<f64>().ok());
         if seen == Some(want as f64) {
             return;
         }
