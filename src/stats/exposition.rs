@@ -53,11 +53,7 @@ impl SampleWriter<'_> {
             MetricType::SUMMARY => "summary",
             MetricType::UNTYPED => "untyped",
         };
-        let ExpositionFormat::PrometheusText = self.format;
-        if !family.help().is_empty() {
-            let _ = writeln!(self.out, "# HELP {name} {}", escape(family.help(), false));
-        }
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        self.header(name, kind, family.help());
         for metric in family.get_metric() {
             match family.get_field_type() {
                 MetricType::COUNTER => self.sample(name, "", metric, None, metric.get_counter().value()),
@@ -65,6 +61,18 @@ impl SampleWriter<'_> {
                 MetricType::UNTYPED => self.sample(name, "", metric, None, metric.untyped.value()),
                 MetricType::HISTOGRAM => self.histogram(name, metric),
                 MetricType::SUMMARY => self.summary(name, metric),
+            }
+        }
+    }
+
+    /// `# HELP` and `# TYPE` (OpenMetrics will add `# UNIT` and its own type names here).
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        match self.format {
+            ExpositionFormat::PrometheusText => {
+                if !help.is_empty() {
+                    let _ = writeln!(self.out, "# HELP {name} {}", escape(help, false));
+                }
+                let _ = writeln!(self.out, "# TYPE {name} {kind}");
             }
         }
     }
