@@ -9,6 +9,7 @@ pub mod engine;
 pub mod executor;
 pub mod kernels;
 pub mod kv_cache;
+pub mod kv_events;
 pub mod lifecycle;
 pub mod model;
 pub mod scheduler;

@@ -166,6 +166,10 @@ pub struct ServeArgs {
     /// CPU kernels: auto (the best this CPU runs, detected at start), avx512, avx2 or portable.
     #[arg(long, env = "KILN_CPU_KERNELS")]
     pub cpu_kernels: Option<String>,
+    /// vLLM's KV-cache events, as its JSON, e.g. '{"enable_kv_cache_events": true,
+    /// "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv@pod@model"}'.
+    #[arg(long, env = "KILN_KV_EVENTS_CONFIG")]
+    pub kv_events_config: Option<String>,
     #[command(flatten)]
     pub security: SecurityArgs,
 }
@@ -245,6 +249,9 @@ impl ServeArgs {
         c.telemetry.kv_cache_metrics |= self.kv_cache_metrics;
         set(&mut c.telemetry.kv_cache_metrics_sample, &self.kv_cache_metrics_sample);
         c.telemetry.enable_mfu_metrics |= self.enable_mfu_metrics;
+        if let Some(json) = &self.kv_events_config {
+            c.kv_events = super::KvEventsConfig::from_json(json)?;
+        }
         c.validate()?;
         Ok(c)
     }

@@ -3,6 +3,7 @@
 
 mod bytes;
 pub mod cli;
+pub mod kv_events;
 pub mod security;
 mod security_args;
 
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use bytes::parse_bytes;
+pub use kv_events::KvEventsConfig;
 pub use security::SecurityConfig;
 pub use security_args::SecurityArgs;
 
@@ -26,6 +28,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub security: SecurityConfig,
     pub telemetry: TelemetrySettings,
+    pub kv_events: KvEventsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -338,6 +341,7 @@ impl Config {
         }
         self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
         self.security.validate()?;
+        self.kv_events.validate()?;
         Ok(())
     }
 

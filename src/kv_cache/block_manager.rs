@@ -22,22 +22,12 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
+use super::block_hash::{BlockHash, hash_block};
+use super::events::{KvCacheEvent, KvEventLog};
 use super::residency::{BlockResidency, ResidencyObservations};
 use crate::engine::types::RequestId;
-
-/// Identity of a full block's contents: the hash of (parent block's hash, this block's token
-/// ids), so equal hashes mean equal token prefixes (up to 64-bit collisions, as in vLLM).
-type BlockHash = u64;
-
-fn hash_block(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
-    let mut hasher = DefaultHasher::new();
-    parent.hash(&mut hasher);
-    tokens.hash(&mut hasher);
-    hasher.finish()
-}
 
 /// Sizes of both pools and whether full blocks are shared between requests by content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,12 +76,15 @@ impl PrefixCache {
     }
 
     /// Caches `block` under `hash`, unless that hash already has a block (no duplicates).
-    fn insert(&mut self, block: u32, hash: BlockHash) {
+    /// Returns whether it did.
+    fn insert(&mut self, block: u32, hash: BlockHash) -> bool {
         debug_assert!(!self.is_cached(block), "block {block} cached twice");
         if let Entry::Vacant(slot) = self.by_hash.entry(hash) {
             slot.insert(block);
             self.hash_of[block as usize] = Some(hash);
+            return true;
         }
+        false
     }
 
     /// A cached block's last holder freed it: it becomes evictable, newest last.
@@ -108,8 +101,9 @@ impl PrefixCache {
         }
     }
 
-    /// Takes the least recently freed evictable block and forgets what it cached.
-    fn evict(&mut self) -> Option<u32> {
+    /// Takes the least recently freed evictable block and forgets what it cached; returns
+    /// the block and the hash it was cached under.
+    fn evict(&mut self) -> Option<(u32, BlockHash)> {
         let (_, block) = self.lru.pop_first()?;
         self.lru_tick[block as usize] = None;
         let hash = self.hash_of[block as usize]
@@ -117,7 +111,7 @@ impl PrefixCache {
             .expect("evictable blocks are cached");
         self.by_hash.remove(&hash);
         tracing::trace!(block, "evicted cached block");
-        Some(block)
+        Some((block, hash))
     }
 }
 
@@ -141,6 +135,8 @@ pub struct BlockManager {
     hit_tokens: u64,
     /// Residency of sampled blocks (`--kv-cache-metrics`); `None` when off.
     residency: Option<BlockResidency>,
+    /// Prefix-cache changes for KV-cache events; `None` unless `record_kv_events` was called.
+    events: Option<KvEventLog>,
 }
 
 impl BlockManager {
@@ -170,7 +166,35 @@ impl BlockManager {
             queried_tokens: 0,
             hit_tokens: 0,
             residency: None,
+            events: None,
         }
+    }
+
+    /// From now on, record every change to the set of cached hashes for `take_kv_events`.
+    pub fn record_kv_events(&mut self) {
+        self.events.get_or_insert_with(KvEventLog::default);
+    }
+
+    /// The prefix-cache changes since the last call (none unless recording), oldest first.
+    pub fn take_kv_events(&mut self) -> Vec<KvCacheEvent> {
+        self.events.as_mut().map(KvEventLog::take).unwrap_or_default()
+    }
+
+    /// Hashes of the blocks in the prefix cache, held or evictable, in no order.
+    pub fn cached_block_hashes(&self) -> Vec<BlockHash> {
+        self.cache.by_hash.keys().copied().collect()
+    }
+
+    /// Becomes `fresh` (the executor restarted with empty caches: every block, both pools and
+    /// the prefix cache are forgotten), keeping the events not yet taken and recording
+    /// `AllBlocksCleared` when recording.
+    pub fn replace_after_restart(&mut self, fresh: BlockManager) {
+        let mut events = self.events.take();
+        *self = fresh;
+        if let Some(log) = events.as_mut() {
+            log.cleared();
+        }
+        self.events = events;
     }
 
     pub fn block_size(&self) -> usize {
@@ -256,7 +280,13 @@ impl BlockManager {
     fn take_block(&mut self) -> u32 {
         let (block, evicted) = match self.free.pop_front() {
             Some(block) => (block, false),
-            None => (self.cache.evict().expect("caller checked num_free_blocks"), true),
+            None => {
+                let (block, hash) = self.cache.evict().expect("caller checked num_free_blocks");
+                if let Some(log) = self.events.as_mut() {
+                    log.removed(hash);
+                }
+                (block, true)
+            }
         };
         self.ref_cnt[block as usize] = 1;
         if let Some(r) = &mut self.residency {
@@ -282,9 +312,14 @@ impl BlockManager {
         let num_full = (num_computed.min(tokens.len()) / self.block_size).min(table.blocks.len());
         for i in table.hashes.len()..num_full {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
-            let hash = hash_block(table.hashes.last().copied(), chunk);
+            let parent = table.hashes.last().copied();
+            let hash = hash_block(parent, chunk);
             table.hashes.push(hash);
-            self.cache.insert(table.blocks[i], hash);
+            if self.cache.insert(table.blocks[i], hash)
+                && let Some(log) = self.events.as_mut()
+            {
+                log.stored(parent, hash, chunk);
+            }
         }
     }
 

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -502,6 +502,38 @@ impl Model {
     }
 }
 
+/// Applies KV-cache events to a subscriber's set of hashes, checking each stored hash is
+/// the hash of its parent and tokens (what a router replaying them relies on).
+fn replay_events(set: &mut HashSet<u64>, events: Vec<KvCacheEvent>) {
+    for event in events {
+        match event {
+            KvCacheEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+            } => {
+                let mut parent = parent_block_hash;
+                for (hash, tokens) in block_hashes.into_iter().zip(token_ids.chunks(block_size)) {
+                    assert_eq!(
+                        hash,
+                        hash_block(parent, tokens),
+                        "a stored hash is its parent's and tokens'"
+                    );
+                    assert!(set.insert(hash), "stored twice without a removal");
+                    parent = Some(hash);
+                }
+            }
+            KvCacheEvent::BlockRemoved { block_hashes } => {
+                for hash in block_hashes {
+                    assert!(set.remove(&hash), "removed a hash never stored");
+                }
+            }
+            KvCacheEvent::AllBlocksCleared => set.clear(),
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -519,9 +551,13 @@ proptest! {
             queried: 0,
             hits: 0,
         };
+        bm.record_kv_events();
+        let mut subscriber = HashSet::new();
         for op in &ops {
             model.apply(&mut bm, op, prefix);
             model.check(&bm);
+            replay_events(&mut subscriber, bm.take_kv_events());
+            prop_assert_eq!(&subscriber, &bm.cached_block_hashes().into_iter().collect::<HashSet<_>>());
         }
         prop_assert_eq!(bm.take_prefix_stats(), (model.queried, model.hits));
         if !prefix {
@@ -535,5 +571,8 @@ proptest! {
         prop_assert_eq!(bm.cpu_usage(), 0.0);
         prop_assert_eq!(bm.num_owners(), 0);
         prop_assert_eq!(bm.num_free_blocks(), GPU);
+        bm.replace_after_restart(BlockManager::with_config(config(GPU, CPU, BS, prefix)));
+        prop_assert_eq!(bm.take_kv_events().pop(), Some(KvCacheEvent::AllBlocksCleared));
+        prop_assert_eq!(bm.num_cached_blocks(), 0);
     }
 }

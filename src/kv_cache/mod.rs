@@ -1,7 +1,9 @@
 //! The paged KV cache: block bookkeeping (pure) and the device tensors (executor-owned).
 
 pub mod backend_ops;
+pub mod block_hash;
 pub mod block_manager;
 pub mod capacity;
 pub mod device_cache;
+pub mod events;
 pub mod residency;

@@ -17,6 +17,7 @@ use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::step::{ExecuteBatch, ExecutorError, SchedulerOutput};
 use crate::engine::types::RequestId;
+use crate::kv_events::KvEventSender;
 use crate::stats::actor::{AdmissionRejected, EngineRestarted, RecordStep, StatsActor};
 use crate::stats::data::{IterationStats, SchedulerStats};
 
@@ -29,6 +30,8 @@ pub struct SchedulerActor {
     steps: StepsInFlight,
     /// Shutdown's grace period is over: new requests are refused.
     closed: bool,
+    /// The KV-event publisher's queue (`--kv-events-config`).
+    kv_events: Option<KvEventSender>,
 }
 
 impl SchedulerActor {
@@ -40,7 +43,18 @@ impl SchedulerActor {
             channels: HashMap::new(),
             steps: StepsInFlight::default(),
             closed: false,
+            kv_events: None,
         }
+    }
+
+    /// Publishes the prefix cache's changes through `sender` after every step.
+    pub fn with_kv_events(mut self, sender: KvEventSender) -> Self {
+        if !self.scheduler.config().enable_prefix_caching {
+            tracing::warn!("KV-cache events enabled without prefix caching: there will be none");
+        }
+        self.scheduler.record_kv_events();
+        self.kv_events = Some(sender);
+        self
     }
 
     /// Sends steps to the executor until it has as many as it should hold.
@@ -108,6 +122,9 @@ impl SchedulerActor {
     /// Sends events to their requests and stats to the stats actor. A request whose client
     /// has gone (its receiver is dropped) is aborted at once, and the stats it leaves follow.
     fn publish(&mut self, step: StepResult) {
+        if let Some(kv_events) = self.kv_events.as_mut() {
+            kv_events.send(self.scheduler.take_kv_events());
+        }
         let gone = self.deliver(step.events);
         self.record(step.scheduler_stats, step.iteration_stats);
         if gone.is_empty() {
@@ -243,6 +260,41 @@ impl Handler<GetLoad> for SchedulerActor {
 
     fn handle(&mut self, _: GetLoad, _: &mut Context<Self>) -> Self::Result {
         actix::MessageResult(self.scheduler.make_stats_snapshot())
+    }
+}
+
+/// The prefix cache's hashes now and the KV-event batches queued so far, for tests that
+/// check a subscriber's view against the engine's.
+#[cfg(feature = "testing")]
+#[derive(Debug, Message)]
+#[rtype(result = "KvEventsSnapshot")]
+pub struct GetKvEventsSnapshot;
+
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvEventsSnapshot {
+    pub cached_block_hashes: Vec<u64>,
+    /// Batches handed to the publisher: the last one has sequence `batches_queued - 1`.
+    pub batches_queued: u64,
+    pub batches_dropped: u64,
+}
+
+#[cfg(feature = "testing")]
+impl Handler<GetKvEventsSnapshot> for SchedulerActor {
+    type Result = actix::MessageResult<GetKvEventsSnapshot>;
+
+    fn handle(&mut self, _: GetKvEventsSnapshot, _: &mut Context<Self>) -> Self::Result {
+        // Events recorded since the last step (a schedule's evictions) go out first, so the
+        // hashes below are what a subscriber holds after the last queued batch.
+        if let Some(kv_events) = self.kv_events.as_mut() {
+            kv_events.send(self.scheduler.take_kv_events());
+        }
+        let (batches_queued, batches_dropped) = self.kv_events.as_ref().map_or((0, 0), |k| (k.accepted(), k.dropped()));
+        actix::MessageResult(KvEventsSnapshot {
+            cached_block_hashes: self.scheduler.cached_block_hashes(),
+            batches_queued,
+            batches_dropped,
+        })
     }
 }
 

@@ -561,7 +561,7 @@ impl Scheduler {
             result.events.push((id, TokenEvent::Failed { error: error.clone() }));
             result.iteration_stats.finished.push(stats);
         }
-        self.blocks = Self::new_blocks(&self.config);
+        self.blocks.replace_after_restart(Self::new_blocks(&self.config));
         result
     }
 
@@ -585,6 +585,8 @@ impl Scheduler {
     }
 }
 
+#[path = "policy_kv_events.rs"]
+mod kv_events;
 #[cfg(test)]
 #[path = "policy_progress_tests.rs"]
 mod progress_tests;

@@ -176,7 +176,11 @@ pub async fn start_on<E: Executor>(
     );
     spawn_step_watchdog(health.clone(), Duration::from_secs_f64(config.engine.step_timeout_s));
     let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
-    let scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).start();
+    let mut scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone());
+    if config.kv_events.publishes() {
+        scheduler = scheduler.with_kv_events(crate::kv_events::start_publisher(&config.kv_events)?);
+    }
+    let scheduler = scheduler.start();
     let telemetry = Arc::new(telemetry);
     let state = web::Data::new(AppState {
         model: prepared.served,

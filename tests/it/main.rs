@@ -12,6 +12,7 @@ mod disconnects;
 mod draining;
 mod faults;
 mod hostile_input;
+mod kv_events;
 mod log_injection;
 mod model_formats;
 mod openai_client;

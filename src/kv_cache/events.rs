@@ -1,0 +1,114 @@
+//! What happened to the prefix cache, as plain data: the `BlockManager` records these when
+//! asked to (`--kv-events-config`), the scheduler drains them after each step, and the
+//! publisher (module `kv_events`) writes them in vLLM's wire format. A router replaying them
+//! in order holds exactly the set of hashes the prefix cache holds.
+
+use super::block_hash::BlockHash;
+
+/// One change to the set of cached block hashes (vLLM's `KVCacheEvent` variants).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvCacheEvent {
+    /// Consecutive blocks of one sequence were cached: `block_hashes[0]`'s parent is
+    /// `parent_block_hash` (`None`: it starts the sequence), each later one's parent is the
+    /// hash before it, and `token_ids` holds all their tokens, `block_size` per block.
+    BlockStored {
+        block_hashes: Vec<BlockHash>,
+        parent_block_hash: Option<BlockHash>,
+        token_ids: Vec<u32>,
+        block_size: usize,
+    },
+    /// These blocks were evicted: their hashes no longer hit.
+    BlockRemoved { block_hashes: Vec<BlockHash> },
+    /// Every cached block was forgotten (the executor restarted with an empty cache).
+    AllBlocksCleared,
+}
+
+/// The events recorded since the last drain, merged where vLLM's reader allows: a block
+/// stored right after its parent extends the parent's `BlockStored`, and consecutive
+/// evictions share one `BlockRemoved`.
+#[derive(Debug, Default)]
+pub struct KvEventLog {
+    events: Vec<KvCacheEvent>,
+}
+
+impl KvEventLog {
+    /// A block holding `tokens`, child of `parent`, is now cached under `hash`.
+    pub fn stored(&mut self, parent: Option<BlockHash>, hash: BlockHash, tokens: &[u32]) {
+        if let Some(KvCacheEvent::BlockStored {
+            block_hashes,
+            token_ids,
+            ..
+        }) = self.events.last_mut()
+            && parent.is_some()
+            && block_hashes.last().copied() == parent
+        {
+            block_hashes.push(hash);
+            token_ids.extend_from_slice(tokens);
+            return;
+        }
+        self.events.push(KvCacheEvent::BlockStored {
+            block_hashes: vec![hash],
+            parent_block_hash: parent,
+            token_ids: tokens.to_vec(),
+            block_size: tokens.len(),
+        });
+    }
+
+    /// The block cached under `hash` was evicted.
+    pub fn removed(&mut self, hash: BlockHash) {
+        if let Some(KvCacheEvent::BlockRemoved { block_hashes }) = self.events.last_mut() {
+            block_hashes.push(hash);
+            return;
+        }
+        self.events.push(KvCacheEvent::BlockRemoved {
+            block_hashes: vec![hash],
+        });
+    }
+
+    pub fn cleared(&mut self) {
+        self.events.push(KvCacheEvent::AllBlocksCleared);
+    }
+
+    /// The events since the last call, oldest first.
+    pub fn take(&mut self) -> Vec<KvCacheEvent> {
+        std::mem::take(&mut self.events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_merges_into_one_stored_event_and_a_break_starts_another() {
+        let mut log = KvEventLog::default();
+        log.stored(None, 10, &[1, 2]);
+        log.stored(Some(10), 11, &[3, 4]);
+        log.stored(Some(99), 12, &[5, 6]); // parent 99 was not just stored
+        log.removed(10);
+        log.removed(11);
+        log.cleared();
+        assert_eq!(
+            log.take(),
+            vec![
+                KvCacheEvent::BlockStored {
+                    block_hashes: vec![10, 11],
+                    parent_block_hash: None,
+                    token_ids: vec![1, 2, 3, 4],
+                    block_size: 2,
+                },
+                KvCacheEvent::BlockStored {
+                    block_hashes: vec![12],
+                    parent_block_hash: Some(99),
+                    token_ids: vec![5, 6],
+                    block_size: 2,
+                },
+                KvCacheEvent::BlockRemoved {
+                    block_hashes: vec![10, 11]
+                },
+                KvCacheEvent::AllBlocksCleared,
+            ]
+        );
+        assert!(log.take().is_empty());
+    }
+}

@@ -1,0 +1,155 @@
+//! vLLM's KV-event payload, byte for byte as msgspec writes it (vLLM 0.20.0,
+//! `vllm/distributed/kv_events.py`, whose structs are `array_like=True, omit_defaults=True`):
+//!
+//! - `EventBatch`: `[ts: float64, events: [...], data_parallel_rank: int]`;
+//! - `BlockStored`: `["BlockStored", block_hashes, parent_block_hash | nil, token_ids,
+//!   block_size, lora_id (nil), medium ("GPU"), lora_name (nil)]` (the trailing defaults
+//!   `extra_keys` and `group_idx` left out, as msgspec omits them when unset);
+//! - `BlockRemoved`: `["BlockRemoved", block_hashes, medium ("GPU")]`;
+//! - `AllBlocksCleared`: `["AllBlocksCleared"]`.
+//!
+//! Hashes are unsigned integers (vLLM's default, `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`);
+//! integers take msgpack's smallest form, as msgspec writes them.
+
+use rmp::encode::{self, ValueWriteError};
+
+use crate::kv_cache::events::KvCacheEvent;
+
+/// vLLM's `MEDIUM_GPU`: the engine's own KV pool (kiln's "GPU" blocks, on any device).
+const MEDIUM: &str = "GPU";
+
+/// One `EventBatch` payload: the events of one engine step, stamped `ts` (seconds since the
+/// Unix epoch), from data-parallel rank `dp_rank` (kiln is one rank: 0, as vLLM writes it).
+pub fn encode_batch(ts: f64, events: &[KvCacheEvent], dp_rank: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + events.len() * 32);
+    write_batch(&mut out, ts, events, dp_rank).expect("writing to a Vec cannot fail");
+    out
+}
+
+fn write_batch(out: &mut Vec<u8>, ts: f64, events: &[KvCacheEvent], dp_rank: u32) -> Result<(), ValueWriteError> {
+    encode::write_array_len(out, 3)?;
+    encode::write_f64(out, ts)?;
+    encode::write_array_len(out, len(events.len()))?;
+    for event in events {
+        write_event(out, event)?;
+    }
+    encode::write_uint(out, u64::from(dp_rank))?;
+    Ok(())
+}
+
+fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWriteError> {
+    match event {
+        KvCacheEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+        } => {
+            encode::write_array_len(out, 8)?;
+            encode::write_str(out, "BlockStored")?;
+            write_hashes(out, block_hashes)?;
+            match parent_block_hash {
+                Some(hash) => drop(encode::write_uint(out, *hash)?),
+                None => write_nil(out)?,
+            }
+            encode::write_array_len(out, len(token_ids.len()))?;
+            for &token in token_ids {
+                encode::write_uint(out, u64::from(token))?;
+            }
+            encode::write_uint(out, *block_size as u64)?;
+            write_nil(out)?; // lora_id
+            encode::write_str(out, MEDIUM)?;
+            write_nil(out)?; // lora_name
+        }
+        KvCacheEvent::BlockRemoved { block_hashes } => {
+            encode::write_array_len(out, 3)?;
+            encode::write_str(out, "BlockRemoved")?;
+            write_hashes(out, block_hashes)?;
+            encode::write_str(out, MEDIUM)?;
+        }
+        KvCacheEvent::AllBlocksCleared => {
+            encode::write_array_len(out, 1)?;
+            encode::write_str(out, "AllBlocksCleared")?;
+        }
+    }
+    Ok(())
+}
+
+fn write_hashes(out: &mut Vec<u8>, hashes: &[u64]) -> Result<(), ValueWriteError> {
+    encode::write_array_len(out, len(hashes.len()))?;
+    for &hash in hashes {
+        encode::write_uint(out, hash)?;
+    }
+    Ok(())
+}
+
+fn write_nil(out: &mut Vec<u8>) -> Result<(), ValueWriteError> {
+    encode::write_nil(out).map_err(ValueWriteError::InvalidMarkerWrite)
+}
+
+/// msgpack arrays hold at most u32::MAX items; a step's events are far fewer.
+fn len(n: usize) -> u32 {
+    u32::try_from(n).expect("fewer than 2^32 items")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exact bytes for one event of each kind, written out by hand from the msgpack spec
+    /// in the field order of vLLM's structs.
+    #[test]
+    fn a_batch_has_vllm_field_order_and_msgpack_shapes() {
+        let events = [
+            KvCacheEvent::BlockStored {
+                block_hashes: vec![1, u64::MAX],
+                parent_block_hash: None,
+                token_ids: vec![7, 300],
+                block_size: 1,
+            },
+            KvCacheEvent::BlockRemoved {
+                block_hashes: vec![200],
+            },
+            KvCacheEvent::AllBlocksCleared,
+        ];
+        let bytes = encode_batch(1.5, &events, 0);
+        let mut expected = vec![0x93, 0xcb];
+        expected.extend(1.5f64.to_be_bytes());
+        expected.push(0x93); // three events
+        expected.push(0x98); // BlockStored: 8 fields
+        expected.push(0xa0 | 11);
+        expected.extend(b"BlockStored");
+        expected.extend([0x92, 0x01, 0xcf]); // [1, u64::MAX as uint64]
+        expected.extend(u64::MAX.to_be_bytes());
+        expected.push(0xc0); // no parent
+        expected.extend([0x92, 0x07, 0xcd, 0x01, 0x2c]); // [7, 300 as uint16]
+        expected.push(0x01); // block_size
+        expected.push(0xc0); // lora_id
+        expected.extend([0xa3, b'G', b'P', b'U']); // medium
+        expected.push(0xc0); // lora_name
+        expected.push(0x93); // BlockRemoved: 3 fields
+        expected.push(0xa0 | 12);
+        expected.extend(b"BlockRemoved");
+        expected.extend([0x91, 0xcc, 200]); // [200 as uint8]
+        expected.extend([0xa3, b'G', b'P', b'U']);
+        expected.push(0x91); // AllBlocksCleared: the tag alone
+        expected.push(0xa0 | 16);
+        expected.extend(b"AllBlocksCleared");
+        expected.push(0x00); // data_parallel_rank
+        assert_eq!(bytes, expected);
+    }
+
+    #[test]
+    fn a_parent_is_an_integer() {
+        let stored = KvCacheEvent::BlockStored {
+            block_hashes: vec![5],
+            parent_block_hash: Some(4),
+            token_ids: vec![1],
+            block_size: 1,
+        };
+        let bytes = encode_batch(0.0, &[stored], 0);
+        // ... "BlockStored", [5], 4, ...
+        let tag_end = bytes.windows(11).position(|w| w == b"BlockStored").expect("tag") + 11;
+        assert_eq!(&bytes[tag_end..tag_end + 3], &[0x91, 0x05, 0x04]);
+    }
+}

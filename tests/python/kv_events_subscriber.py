@@ -1,0 +1,207 @@
+"""A KV-event subscriber that decodes kiln's stream the way llm-d's vLLM adapter does
+(llm-d-kv-cache `pkg/kvevents/engineadapter/vllm_adapter.go`) and rebuilds the set of cached
+block hashes, for tests/it/kv_events.rs.
+
+Usage: kv_events_subscriber.py (bind|connect) PUB_ENDPOINT REPLAY_ENDPOINT TOPIC
+
+It prints "ready" once its SUB socket is bound or connected, then answers commands on stdin:
+  sync N   apply batches up to sequence N-1 (asking the replay socket for any it missed) and
+           print the state as one JSON line;
+  replay   ask the replay socket for every batch from 0 and print whether each payload equals
+           the one received live;
+  quit     exit.
+Anything that llm-d would refuse, or that breaks vLLM's format, is an error in the state.
+"""
+
+import hashlib
+import json
+import struct
+import sys
+
+import msgpack
+import zmq
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+BLOCK_STORED_FIELDS = [
+    "block_hashes", "parent_block_hash", "token_ids", "block_size",
+    "lora_id", "medium", "lora_name", "extra_keys", "group_idx",
+    "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+]
+BLOCK_REMOVED_FIELDS = ["block_hashes", "medium", "group_idx"]
+
+
+def hash_as_u64(raw):
+    """llm-d's getHashAsUint64: integers as they are, bytes by their last 8 (big-endian)."""
+    if isinstance(raw, int):
+        return raw & ((1 << 64) - 1)
+    if isinstance(raw, bytes) and raw:
+        return int.from_bytes(raw[-8:].rjust(8, b"\0"), "big")
+    raise ValueError(f"unsupported hash type: {type(raw).__name__}")
+
+
+def kiln_block_hash(parent, tokens):
+    """kiln's documented block hash (src/kv_cache/block_hash.rs), computed independently."""
+    data = struct.pack(">Q", parent or 0) + b"".join(struct.pack("<I", t) for t in tokens)
+    return int.from_bytes(hashlib.sha256(data).digest()[-8:], "big")
+
+
+def parse_topic(topic):
+    """llm-d's parseVLLMTopic: "kv@<pod>@<model>"."""
+    parts = topic.split("@")
+    return (parts[1], parts[2]) if len(parts) == 3 else (topic, "")
+
+
+def event_fields(event):
+    """Positional fields of an array- or map-encoded event, tag first."""
+    if isinstance(event, list):
+        return event
+    if isinstance(event, dict):
+        tag = event["type"]
+        order = {"BlockStored": BLOCK_STORED_FIELDS, "BlockRemoved": BLOCK_REMOVED_FIELDS}.get(tag, [])
+        return [tag] + [event.get(name) for name in order]
+    raise ValueError(f"event is neither an array nor a map: {type(event).__name__}")
+
+
+class Index:
+    def __init__(self, topic):
+        self.topic = topic
+        self.hashes = set()
+        self.next_seq = 0
+        self.payloads = {}
+        self.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0, "replayed": 0}
+        self.errors = []
+
+    def error(self, message):
+        if len(self.errors) < 20:
+            self.errors.append(message)
+
+    def receive(self, parts, replayed=False):
+        """One [topic, seq, payload] message, applied in sequence order exactly once."""
+        if len(parts) != 3:
+            self.error(f"expected 3 message parts, got {len(parts)}")
+            return
+        topic, seq_bytes, payload = parts
+        if len(seq_bytes) != 8:
+            self.error(f"invalid sequence bytes length: {len(seq_bytes)}")
+            return
+        seq = int.from_bytes(seq_bytes, "big")
+        if topic.decode() != self.topic or parse_topic(topic.decode()) != parse_topic(self.topic):
+            self.error(f"topic {topic!r}")
+        if seq != self.next_seq:
+            return  # a duplicate (already applied), or ahead of a gap the replay fills
+        self.payloads[seq] = payload
+        self.next_seq += 1
+        self.counts["replayed"] += replayed
+        self.apply_batch(payload)
+
+    def apply_batch(self, payload):
+        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if not (isinstance(batch, list) and len(batch) in (2, 3)):
+            self.error(f"batch is not [ts, events, dp_rank?]: {batch!r}")
+            return
+        ts, events = batch[0], batch[1]
+        if not isinstance(ts, float) or not isinstance(events, list):
+            self.error(f"batch types: {type(ts).__name__}, {type(events).__name__}")
+            return
+        if len(batch) == 3 and batch[2] != 0:
+            self.error(f"data_parallel_rank {batch[2]!r}")
+        for event in events:
+            self.apply_event(event_fields(event))
+
+    def apply_event(self, fields):
+        tag = fields[0] if fields else None
+        if tag == "BlockStored":
+            if len(fields) != 8:  # vLLM 0.20's array: tag + 7 fields, trailing defaults omitted
+                self.error(f"BlockStored has {len(fields)} fields")
+            hashes = [hash_as_u64(h) for h in fields[1]]
+            parent = None if fields[2] is None else hash_as_u64(fields[2])
+            tokens, block_size = fields[3], fields[4]
+            if not all(isinstance(t, int) for t in tokens) or not isinstance(block_size, int):
+                self.error("BlockStored: token_ids or block_size not integers")
+                return
+            if fields[5] is not None or fields[6] != "GPU" or fields[7] is not None:
+                self.error(f"BlockStored: lora_id/medium/lora_name {fields[5:8]!r}")
+            if len(tokens) != block_size * len(hashes):
+                self.error(f"BlockStored: {len(tokens)} tokens for {len(hashes)} blocks of {block_size}")
+                return
+            for i, h in enumerate(hashes):
+                expected = kiln_block_hash(parent, tokens[i * block_size:(i + 1) * block_size])
+                if h != expected:
+                    self.error(f"BlockStored: hash {h:#x} is not the hash of its parent and tokens")
+                self.hashes.add(h)
+                parent = h
+            self.counts["BlockStored"] += 1
+        elif tag == "BlockRemoved":
+            if len(fields) != 3 or fields[2] != "GPU":
+                self.error(f"BlockRemoved fields {fields!r}")
+            for h in fields[1]:
+                h = hash_as_u64(h)
+                if h not in self.hashes:
+                    self.error(f"BlockRemoved: {h:#x} was never stored")
+                self.hashes.discard(h)
+            self.counts["BlockRemoved"] += 1
+        elif tag == "AllBlocksCleared":
+            if len(fields) != 1:
+                self.error(f"AllBlocksCleared fields {fields!r}")
+            self.hashes.clear()
+            self.counts["AllBlocksCleared"] += 1
+        else:
+            self.error(f"unknown vLLM event tag: {tag!r}")
+
+    def state(self):
+        return {
+            "hashes": sorted(self.hashes),
+            "next_seq": self.next_seq,
+            "counts": self.counts,
+            "errors": self.errors,
+        }
+
+
+def replay_from(dealer, start):
+    """Every buffered [topic, seq, payload] from `start`, up to the end marker."""
+    dealer.send_multipart([b"", start.to_bytes(8, "big")])
+    messages = []
+    while dealer.poll(5000):
+        frames = dealer.recv_multipart()
+        if frames[0] != b"" or len(frames) != 4:
+            raise ValueError(f"replay frames {frames!r}")
+        if frames[2] == END_SEQ:
+            return messages
+        messages.append(frames[1:])
+    raise TimeoutError("no end marker from the replay socket")
+
+
+def main():
+    mode, pub_endpoint, replay_endpoint, topic = sys.argv[1:5]
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    sub.setsockopt_string(zmq.SUBSCRIBE, topic)
+    (sub.bind if mode == "bind" else sub.connect)(pub_endpoint)
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(replay_endpoint)
+    index = Index(topic)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] == "sync":
+            target = int(command[1])
+            while index.next_seq < target:
+                if sub.poll(200):
+                    index.receive(sub.recv_multipart())
+                else:  # missed (sent before the subscription took): ask the replay socket
+                    for parts in replay_from(dealer, index.next_seq):
+                        index.receive(parts, replayed=True)
+            while sub.poll(0):  # what arrived live meanwhile is a duplicate or later
+                index.receive(sub.recv_multipart())
+            print(json.dumps(index.state()), flush=True)
+        elif command[0] == "replay":
+            replayed = replay_from(dealer, 0)
+            same = [int.from_bytes(s, "big") for _, s, p in replayed if index.payloads.get(int.from_bytes(s, "big")) == p]
+            print(json.dumps({"replayed": len(replayed), "same": len(same), "seen": len(index.payloads)}), flush=True)
+        elif command[0] == "quit":
+            return
+
+
+if __name__ == "__main__":
+    main()
