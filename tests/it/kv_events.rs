@@ -81,6 +81,17 @@ fn snapshot(t: &Tiny) -> KvEventsSnapshot {
         .expect("the scheduler answers")
 }
 
+/// Asserts that some batches reached the subscriber live over PUB/SUB, not all through the
+/// replay socket (which fills only what the subscription missed).
+fn assert_some_arrived_live(state: &Value) {
+    let replayed = state["counts"]["replayed"].as_u64().expect("replayed");
+    let applied = state["next_seq"].as_u64().expect("next_seq");
+    assert!(
+        replayed < applied,
+        "every batch came through the replay socket: {state}"
+    );
+}
+
 /// Asserts the subscriber's rebuilt set is exactly kiln's prefix cache.
 fn assert_same_set(state: &Value, snapshot: &KvEventsSnapshot) {
     let mut kiln: Vec<u64> = snapshot.cached_block_hashes.clone();
@@ -179,6 +190,7 @@ fn a_subscriber_decoding_like_llm_d_rebuilds_the_prefix_cache_after_a_mixed_work
         "evictions were published: {state}"
     );
     assert!(state["counts"]["BlockStored"].as_u64() > Some(0), "{state}");
+    assert_some_arrived_live(&state);
 
     // The replay socket holds every batch, byte for byte as published.
     let replay = subscriber.command("replay");
@@ -226,6 +238,7 @@ fn an_executor_restart_publishes_all_blocks_cleared_and_kiln_binds_where_vllm_wo
     complete(&t, &tokens(50, 12), 4);
     let (state, kiln) = subscriber.sync_with(&t);
     assert_eq!(state["counts"]["AllBlocksCleared"], json!(1), "{state}");
+    assert_some_arrived_live(&state);
     assert_same_set(&state, &kiln);
     assert!(
         !kiln.cached_block_hashes.is_empty(),
