@@ -6,18 +6,26 @@
 //! cargo run --release --example bench_serving -- --base-url http://127.0.0.1:8000 \
 //!     [--model NAME] [--endpoint completions|chat] [--num-prompts 64] [--max-concurrency 8]
 //!     [--request-rate R --seed S] [--input-len 128] [--output-len 128] [--range-ratio 0.0]
-//!     [--ignore-eos] [--dataset prompts.jsonl] [--scrape-metrics] [--output-json FILE]
+//!     [--ignore-eos] [--dataset prompts.jsonl] [--scrape-metrics] [--scrape-hz 20]
+//!     [--output-json FILE]
 //! ```
 //! With `--scrape-metrics` it reads the server's `/metrics` before and after and prints the
-//! server's own token counts and latency means beside the client's.
+//! server's own token counts and latency means beside the client's. With `--scrape-hz R` a
+//! scraper GETs `/metrics` R times a second for the whole run, as the inference gateway's
+//! endpoint picker does (20 Hz): compare a run with and without it for the scrape's cost.
 
 #[path = "common/server_probe.rs"]
 mod server_probe;
 
+#[path = "common/scrape_load.rs"]
+mod scrape_load;
+
+use scrape_load::{ScrapeLoad, scrape_at};
 use server_probe::{first_model, scrape};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,6 +75,9 @@ struct Args {
     dataset: Option<String>,
     #[arg(long)]
     scrape_metrics: bool,
+    /// Scrape /metrics this many times a second during the run (the gateway's picker: 20).
+    #[arg(long)]
+    scrape_hz: Option<f64>,
     #[arg(long)]
     output_json: Option<String>,
 }
@@ -268,7 +279,13 @@ fn main() -> anyhow::Result<()> {
     )?);
     let slots = Arc::new(Slots::new(args.max_concurrency.unwrap_or(usize::MAX)));
     let start = Instant::now();
+    let stop_scraping = AtomicBool::new(false);
+    let mut scrapes: Option<ScrapeLoad> = None;
     let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let scraper = args.scrape_hz.map(|hz| {
+            let (url, stop) = (format!("{}/metrics", args.base_url), &stop_scraping);
+            scope.spawn(move || scrape_at(&url, hz, stop))
+        });
         let handles: Vec<_> = work
             .iter()
             .zip(&arrivals)
@@ -285,7 +302,10 @@ fn main() -> anyhow::Result<()> {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+        let outcomes = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+        stop_scraping.store(true, Ordering::Relaxed);
+        scrapes = scraper.map(|s| s.join().unwrap_or_default());
+        outcomes
     });
     bar.finish_and_clear();
     let duration = start.elapsed().as_secs_f64();
@@ -311,6 +331,11 @@ fn main() -> anyhow::Result<()> {
         "tpot_ms": stats(tpot),
         "itl_ms": stats(done.iter().flat_map(|o| o.itls.clone()).collect()),
         "e2e_ms": stats(done.iter().map(|o| o.e2e).collect()),
+        "scrapes": scrapes.as_ref().map(|s| json!({
+            "hz": args.scrape_hz, "count": s.latencies.len(), "failures": s.failures,
+            "rate": s.latencies.len() as f64 / duration, "body_bytes": s.body_bytes,
+            "latency_ms": stats(s.latencies.clone()),
+        })),
     });
     let num = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
     println!("| metric | value |\n|---|---|");
@@ -328,8 +353,22 @@ fn main() -> anyhow::Result<()> {
     for (reason, count) in &errors {
         println!("| failed: {reason} | {count} |");
     }
-    for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
-        let s = &report[key];
+    for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "scrape_ms"] {
+        let s = if key == "scrape_ms" {
+            if scrapes.is_none() {
+                continue;
+            }
+            let s = &report["scrapes"];
+            println!(
+                "| scrapes / failures / per s | {} / {} / {} |",
+                num(&s["count"]),
+                num(&s["failures"]),
+                num(&s["rate"])
+            );
+            &s["latency_ms"]
+        } else {
+            &report[key]
+        };
         println!(
             "| {key} mean / p50 / p90 / p99 | {} / {} / {} / {} |",
             num(&s["mean"]),

@@ -293,3 +293,44 @@ fn bench_telemetry_serves_beside_a_hung_or_failing_collector() {
         assert!(report["resident_kib_end"].as_u64().is_some_and(|k| k > 0), "{report}");
     }
 }
+
+#[test]
+fn bench_serving_scrapes_metrics_at_the_gateways_rate_while_serving() {
+    let tiny = start_tiny(|_| {});
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("scraped.json");
+    let stdout = run(Command::new(example("bench_serving")).args([
+        "--base-url",
+        &tiny.server.url(""),
+        "--num-prompts",
+        "24",
+        "--max-concurrency",
+        "2",
+        "--input-len",
+        "8",
+        "--output-len",
+        "48",
+        "--ignore-eos",
+        "--scrape-hz",
+        "20",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    assert_eq!(
+        (report["completed"].as_u64(), report["failed"].as_u64()),
+        (Some(24), Some(0))
+    );
+    let scrapes = &report["scrapes"];
+    assert_eq!(scrapes["failures"], 0, "{scrapes}");
+    // A fixed 20 Hz schedule over the run: never more, and most of it kept.
+    let count = scrapes["count"].as_f64().expect("count");
+    let duration = report["duration_s"].as_f64().expect("duration");
+    assert!(
+        count >= 1.0 && count <= duration * 20.0 + 2.0,
+        "{count} scrapes in {duration} s"
+    );
+    assert!(scrapes["body_bytes"].as_u64() > Some(1000), "{scrapes}");
+    assert!(scrapes["latency_ms"]["p50"].as_f64() > Some(0.0), "{scrapes}");
+    assert!(stdout.contains("| scrape_ms mean / p50 / p90 / p99 |"), "{stdout}");
+}

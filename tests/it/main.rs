@@ -4,13 +4,17 @@
 //! `tests/otlp_logs.rs`.
 
 mod access_control;
+mod alert_rules;
 mod api_tiny;
 mod benchmarks;
 mod chat_templates;
 mod common;
+mod deploy_manifests;
 mod disconnects;
 mod draining;
 mod faults;
+mod gateway_metrics;
+mod grafana_dashboard;
 mod hostile_input;
 mod kv_events;
 mod log_injection;

@@ -4,6 +4,7 @@
 
 pub mod pki;
 pub mod process;
+pub mod prometheus_server;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
