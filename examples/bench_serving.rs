@@ -246,6 +246,10 @@ fn stats(mut v: Vec<f64>) -> Value {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        args.scrape_hz.is_none_or(|hz| hz.is_finite() && hz > 0.0),
+        "--scrape-hz must be a positive number"
+    );
     // A fresh connection per request: a pooled keep-alive connection that the server has
     // timed out (llama-server closes idle ones after 5 s) would fail a request that never
     // reached it, and the loopback connect costs far less than any request.

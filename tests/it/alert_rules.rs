@@ -65,8 +65,8 @@ fn a_changed_threshold_fails_the_rule_unit_tests() {
             "increase(kiln_engine_restarts_total[15m]) > 1",
         ),
         (
-            "deriv(job_model:vllm_num_requests_waiting:sum[10m]) > 0",
-            "deriv(job_model:vllm_num_requests_waiting:sum[10m]) > 5",
+            "(deriv(vllm:num_requests_waiting[10m])) > 0",
+            "(deriv(vllm:num_requests_waiting[10m])) > 5",
         ),
     ];
     for (from, to) in edits {
