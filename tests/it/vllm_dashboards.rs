@@ -4,14 +4,13 @@
 //! Needs `KILN_TEST_PROMETHEUS` (set by `.ci/run`) and the shared folder (`KILN_SHARED_DIR`).
 
 use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
+use crate::common::prometheus_server::PrometheusServer;
 use crate::common::{Tiny, start_fake};
-use crate::telemetry_external::{Process, free_port, tool};
 
 /// Families of features kiln does not have (the shared README's list); a panel that reads
 /// one of them is out of scope, for the reason given.
@@ -176,27 +175,9 @@ fn every_in_scope_panel_of_vllms_dashboards_returns_data() {
         c.telemetry.kv_cache_metrics_sample = 1.0;
         c.telemetry.enable_mfu_metrics = true;
     });
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("prometheus.yml");
     let addr = t.server.addr.to_string();
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: kiln\n    static_configs:\n      - targets: ['{addr}']\n"
-        ),
-    )
-    .expect("config");
-    let port = free_port();
-    let _prometheus = Process(
-        Command::new(tool("KILN_TEST_PROMETHEUS"))
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
-    );
+    let prometheus = PrometheusServer::start("kiln", std::slice::from_ref(&addr));
+    let port = prometheus.port;
 
     // Two rounds, each scraped before the next: every counter and histogram then rises
     // between two scrapes, so rates (and the `rate(...) > 0` denominators) have data.
