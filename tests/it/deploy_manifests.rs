@@ -11,6 +11,8 @@ use std::process::Command;
 use kiln::config::Config;
 use kiln::lifecycle::ABORT_FLUSH;
 
+use crate::common::tool;
+
 const MANIFESTS: [&str; 6] = [
     "deployment.yaml",
     "service.yaml",
@@ -19,10 +21,6 @@ const MANIFESTS: [&str; 6] = [
     "scaledobject.yaml",
     "inferencepool.yaml",
 ];
-
-fn tool(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
-}
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

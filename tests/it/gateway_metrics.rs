@@ -7,14 +7,14 @@
 //! with Go's expfmt text parser, the one the picker links. `.ci/run` sets `KILN_TEST_PYTHON`
 //! (with prometheus-client) and `KILN_TEST_PROMTOOL`.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
-use crate::common::{Tiny, start_fake};
+use crate::common::prometheus_server::promtool_check_metrics;
+use crate::common::{Tiny, start_fake, tool};
 
 /// The name the fake executor's server serves its model under.
 const MODEL: &str = "tiny-llama";
@@ -22,10 +22,6 @@ const BLOCK_SIZE: usize = 16;
 const GPU_BLOCKS: usize = 64;
 const MAX_NUM_SEQS: usize = 2;
 const REQUESTS: usize = 6;
-
-fn tool(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
-}
 
 /// `count` scrapes of `url`, 50 ms apart, as the picker reads them.
 fn picker_reads(url: &str, count: usize) -> Vec<Value> {
@@ -46,25 +42,7 @@ fn picker_reads(url: &str, count: usize) -> Vec<Value> {
 /// What Go's expfmt text parser reports about one scrape (via promtool): parse errors only,
 /// lint findings (vLLM's colon names) are not errors for the picker.
 fn go_parse_errors(exposition: &str) -> Vec<String> {
-    let mut child = Command::new(tool("KILN_TEST_PROMTOOL"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(exposition.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("promtool output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = promtool_check_metrics(exposition);
     text.lines()
         .filter(|l| l.contains("error while linting") || l.contains("parsing error"))
         .map(str::to_string)

@@ -16,12 +16,13 @@
 //! export, resource attributes included, which is what these tests read.
 
 use std::fs::File;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::process::free_port;
 use actix::Actor as _;
 use kiln::engine::intervals::RequestIntervals;
 use kiln::engine::types::{FinishReason, Operation};
@@ -37,11 +38,6 @@ const PROTOCOLS: [OtlpProtocol; 2] = [OtlpProtocol::HttpProtobuf, OtlpProtocol::
 fn receiver_path(var: &str) -> PathBuf {
     let path = std::env::var_os(var).unwrap_or_else(|| panic!("set {var} to the receiver binary"));
     PathBuf::from(path)
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 /// Polls `cond` every 50 ms until it holds; panics with `what` at the deadline.

@@ -3,29 +3,17 @@
 //! `.ci/run` installs them and sets `KILN_TEST_PROMETHEUS`, `KILN_TEST_PROMTOOL` and
 //! `KILN_TEST_OTELTAP`.
 
-use std::io::Write;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::start_tiny;
-
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-pub(crate) fn tool(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
-}
+use crate::common::process::free_port;
+use crate::common::prometheus_server::{PrometheusServer, promtool_check_metrics};
+use crate::common::{start_tiny, tool};
 
 /// Kills the child when dropped.
-pub(crate) struct Process(pub(crate) Child);
+struct Process(Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -50,27 +38,8 @@ fn promql(client: &reqwest::blocking::Client, port: u16, query: &str) -> Option<
 #[ignore = "needs the prometheus server (KILN_TEST_PROMETHEUS); .ci/run provides it"]
 fn a_real_prometheus_scrapes_the_request_and_token_totals() {
     let t = start_tiny(|_| {});
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: kiln\n    static_configs:\n      - targets: ['{}']\n",
-            t.server.addr
-        ),
-    )
-    .expect("config");
-    let port = free_port();
-    let _prometheus = Process(
-        Command::new(tool("KILN_TEST_PROMETHEUS"))
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
-    );
+    let prometheus = PrometheusServer::start("kiln", &[t.server.addr.to_string()]);
+    let port = prometheus.port;
     let requests = 6;
     let max_tokens = 5;
     for i in 0..requests {
@@ -108,25 +77,7 @@ fn promtool_findings(prefix: &str) -> String {
     );
     assert_eq!(s, 200);
     let (_, text) = t.get_text("/metrics");
-    let mut child = Command::new(tool("KILN_TEST_PROMTOOL"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("promtool output");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    promtool_check_metrics(&text)
 }
 
 #[test]

@@ -3,13 +3,15 @@
 //! TLS port fails cleanly, client certificates are none / optional / required, and keys come
 //! from `--api-key-file`, `KILN_API_KEY` or `VLLM_API_KEY`.
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::common::pki::{HttpsClient, Pki};
 use crate::common::process::{KilnProcess, Launch, free_port};
+use crate::common::prometheus_server::PrometheusServer;
+use crate::common::tool;
 
 const KEY: &str = "sk-tls-test-5be1";
 
@@ -33,20 +35,6 @@ fn completion_status(kiln: &KilnProcess, https: Option<&HttpsClient>, key: Optio
         req = req.bearer_auth(key);
     }
     req.send().expect("completion").status().as_u16()
-}
-
-/// Kills the child when dropped.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn tool(var: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
 }
 
 #[test]
@@ -104,28 +92,15 @@ fn the_openai_client_and_prometheus_work_over_https_and_plain_http_fails_cleanly
     assert_eq!(public, 404, "/metrics is off the public port");
 
     // A real Prometheus scrapes the metrics listener over HTTPS, checking the certificate.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: kiln\n    scheme: https\n    \
-             tls_config:\n      ca_file: {}\n    static_configs:\n      - targets: ['{metrics_listen}']\n",
+    let prometheus = PrometheusServer::start_with(
+        "kiln",
+        std::slice::from_ref(&metrics_listen),
+        &format!(
+            "    scheme: https\n    tls_config:\n      ca_file: {}\n",
             pki.ca.display()
         ),
-    )
-    .expect("prometheus config");
-    let port = free_port();
-    let _prometheus = Process(
-        Command::new(tool("KILN_TEST_PROMETHEUS"))
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
     );
+    let port = prometheus.port;
     let query = |q: &str| -> Option<f64> {
         let resp: Value = plain
             .get(format!("http://127.0.0.1:{port}/api/v1/query"))

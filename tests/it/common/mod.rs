@@ -161,3 +161,9 @@ pub fn metric_value(exposition: &str, name: &str, label_fragment: &str) -> Optio
         .and_then(|l| l.rsplit_once(' '))
         .and_then(|(_, v)| v.parse().ok())
 }
+
+/// The path of an external tool (or the CI venv's Python) that `.ci/run` exports as `var`;
+/// a test that needs it fails when it is missing.
+pub fn tool(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| panic!("set {var}"))
+}

@@ -1,7 +1,6 @@
 //! A real Prometheus server (`KILN_TEST_PROMETHEUS`) scraping test targets every second, and
 //! instant PromQL queries against it.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
@@ -16,23 +15,25 @@ pub struct PrometheusServer {
 impl PrometheusServer {
     /// Starts Prometheus scraping `targets` (host:port) as job `job` every second.
     pub fn start(job: &str, targets: &[String]) -> Self {
-        let binary = std::env::var("KILN_TEST_PROMETHEUS").expect("set KILN_TEST_PROMETHEUS");
+        Self::start_with(job, targets, "")
+    }
+
+    /// As [`start`](Self::start), with extra YAML keys for the job (each line indented four
+    /// spaces, e.g. `    scheme: https`).
+    pub fn start_with(job: &str, targets: &[String], job_settings: &str) -> Self {
+        let binary = super::tool("KILN_TEST_PROMETHEUS");
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("prometheus.yml");
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: [{}]\n",
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: {job}\n{job_settings}    static_configs:\n      - targets: [{}]\n",
                 targets.join(", ")
             ),
         )
         .expect("config");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let port = super::process::free_port();
         let child = Command::new(binary)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
@@ -65,4 +66,28 @@ impl Drop for PrometheusServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What `promtool check metrics` (Go's own text parser and linter) prints for `exposition`.
+pub fn promtool_check_metrics(exposition: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(super::tool("KILN_TEST_PROMTOOL"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(exposition.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool output");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
