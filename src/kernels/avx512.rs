@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::matmul::{row_panels, token_tiles};
+use super::matmul::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 use super::packed::{BLOCK, BlockFormat, PackedMatrix};
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
@@ -14,20 +14,11 @@ use super::packed::{BLOCK, BlockFormat, PackedMatrix};
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Range<usize>, out: &mut [f32]) {
-    assert!(x.len() >= tokens * w.cols && out.len() >= rows.len() * tokens && rows.end <= w.rows);
-    let bpr = w.blocks_per_row();
-    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
-    assert!(w.format == BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
-    let base = rows.start;
-    for panel in row_panels(rows) {
-        for (t0, n) in token_tiles(tokens) {
-            for r in panel.clone() {
-                let o = &mut out[(r - base) * tokens + t0..][..n];
-                // SAFETY: the asserts above bound every row, block and token the tile reads.
-                unsafe { dispatch_tile(w, r, x, t0, n, o) };
-            }
-        }
-    }
+    assert_row_kernel_bounds(x, tokens, w, &rows, out);
+    for_each_tile(tokens, rows, out, |r, t0, n, o| {
+        // SAFETY: the assert above bounds every row, block and token the tile reads.
+        unsafe { dispatch_tile(w, r, x, t0, n, o) }
+    });
 }
 
 /// Row `row` of `w` widened to f32 into `out[..w.cols]`.
@@ -38,8 +29,7 @@ pub(super) unsafe fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, row
 pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
     assert!(out.len() >= w.cols && row < w.rows);
-    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
-    assert!(w.format == BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
+    assert_blocks_exist(w);
     for b in 0..bpr {
         // SAFETY: the asserts above bound the block and the destination.
         unsafe {

@@ -175,6 +175,39 @@ pub fn portable_rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Ra
     }
 }
 
+/// The preconditions of the SIMD row kernels, which read without bounds checks: `x` holds
+/// `tokens` rows, `out` holds `rows × tokens`, and every block of `rows` exists.
+pub(super) fn assert_row_kernel_bounds(x: &[f32], tokens: usize, w: &PackedMatrix, rows: &Range<usize>, out: &[f32]) {
+    assert!(x.len() >= tokens * w.cols && out.len() >= rows.len() * tokens && rows.end <= w.rows);
+    assert_blocks_exist(w);
+}
+
+/// Every block of `w` has its scale, quants and (for nibbles) min.
+pub(super) fn assert_blocks_exist(w: &PackedMatrix) {
+    let bpr = w.blocks_per_row();
+    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
+    assert!(w.format == super::packed::BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
+}
+
+/// Walks `rows` in panels and `tokens` in tiles, handing each (row, first token, tile
+/// length) its slice of `out` (`[rows.len(), tokens]`): the loop the SIMD kernels share.
+#[inline(always)]
+pub(super) fn for_each_tile(
+    tokens: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+    mut tile: impl FnMut(usize, usize, usize, &mut [f32]),
+) {
+    let base = rows.start;
+    for panel in row_panels(rows) {
+        for (t0, n) in token_tiles(tokens) {
+            for r in panel.clone() {
+                tile(r, t0, n, &mut out[(r - base) * tokens + t0..][..n]);
+            }
+        }
+    }
+}
+
 /// Splits `tokens` into tiles of at most [`TOKEN_TILE`]: `(first token, length)`.
 pub(super) fn token_tiles(tokens: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..tokens)
