@@ -99,6 +99,7 @@ impl ChoiceStream {
             seed: request.seed,
             operation: request.operation,
             arrival: request.arrival,
+            trace: None,
             events: tx,
         };
         match scheduler.send(message).await {

@@ -8,6 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::sampling_params::SamplingParams;
+use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
 
 /// Submit a request to the engine.
@@ -24,6 +25,8 @@ pub struct Generate {
     pub operation: Operation,
     /// When the API finished parsing the request (start of every interval).
     pub arrival: Instant,
+    /// The span this engine request's telemetry links to; `None` when it is not traced.
+    pub trace: Option<TraceContext>,
     pub events: UnboundedSender<TokenEvent>,
 }
 

@@ -6,4 +6,5 @@ pub mod intervals;
 pub mod messages;
 pub mod sampling_params;
 pub mod step;
+pub mod trace_context;
 pub mod types;

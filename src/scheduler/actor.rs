@@ -195,6 +195,7 @@ impl Handler<Generate> for SchedulerActor {
             seed: msg.seed,
             operation: msg.operation,
             arrival: msg.arrival,
+            trace: msg.trace,
         };
         if let Err(error) = self.scheduler.add(request, Instant::now()) {
             self.stats.do_send(AdmissionRejected {

@@ -135,6 +135,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             seed: None,
             operation: Operation::TextCompletion,
             arrival: Instant::now(),
+            trace: None,
             events,
         })
         .await

@@ -500,6 +500,7 @@ impl Scheduler {
             max_tokens: u64::from(request.params.max_tokens),
             n: u64::from(request.params.n),
             intervals,
+            trace: request.trace,
         };
         let event = TokenEvent::Finished {
             reason,

@@ -47,6 +47,7 @@ pub(super) fn request(id: &str, prompt_len: usize, max_tokens: u32) -> NewReques
         seed: None,
         operation: Operation::TextCompletion,
         arrival: Instant::now(),
+        trace: None,
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::in_flight::InFlight;
 use crate::engine::intervals::RequestTimestamps;
 use crate::engine::sampling_params::SamplingParams;
+use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
 
 /// A request as handed to [`Scheduler::add`](super::Scheduler::add).
@@ -19,6 +20,8 @@ pub struct NewRequest {
     pub seed: Option<u64>,
     pub operation: Operation,
     pub arrival: Instant,
+    /// See [`Generate::trace`](crate::engine::messages::Generate::trace).
+    pub trace: Option<TraceContext>,
 }
 
 /// A request the scheduler owns, waiting or running.
@@ -30,6 +33,7 @@ pub(crate) struct Request {
     pub params: Arc<SamplingParams>,
     pub seed: Option<u64>,
     pub operation: Operation,
+    pub trace: Option<TraceContext>,
     pub timestamps: RequestTimestamps,
     /// Tokens whose K/V are in the cache (0 again after a recompute preemption).
     pub num_computed: usize,
@@ -53,6 +57,7 @@ impl Request {
             params: new.params,
             seed: new.seed,
             operation: new.operation,
+            trace: new.trace,
             timestamps,
             num_computed: 0,
             in_flight: InFlight::default(),

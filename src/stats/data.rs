@@ -3,6 +3,7 @@
 
 use super::step_cost::StepCost;
 use crate::engine::intervals::RequestIntervals;
+use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{FinishReason, Operation};
 use crate::kv_cache::residency::ResidencyObservations;
 
@@ -64,4 +65,6 @@ pub struct FinishedRequestStats {
     pub max_tokens: u64,
     pub n: u64,
     pub intervals: RequestIntervals,
+    /// The request's span (exemplars link its histogram observations to it).
+    pub trace: Option<TraceContext>,
 }

@@ -324,6 +324,7 @@ pub(crate) mod test_support {
                 inference_s: started.then_some(1.15),
                 time_per_output_token_s: (generated > 1).then(|| 1.0 / (generated - 1) as f64),
             },
+            trace: None,
         }
     }
 }

@@ -41,6 +41,7 @@ fn first_logits(model: &Path, prompt: &[u32]) -> Vec<f32> {
         seed: None,
         operation: Operation::TextCompletion,
         arrival: Instant::now(),
+        trace: None,
     };
     scheduler.add(request, Instant::now()).expect("admitted");
     let batch = scheduler.schedule(Instant::now());

@@ -137,6 +137,7 @@ fn finished() -> FinishedRequestStats {
             inference_s: Some(1.15),
             time_per_output_token_s: Some(0.25),
         },
+        trace: None,
     }
 }
 
