@@ -168,6 +168,8 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         ignore_eos: inputs.ignore_eos.unwrap_or(false),
         logprobs: inputs.logprobs,
         n,
+        // Set by the structured-output parsing of the endpoint (response_format, tools).
+        structured: None,
     })
 }
 

@@ -6,5 +6,6 @@ pub mod intervals;
 pub mod messages;
 pub mod sampling_params;
 pub mod step;
+pub mod structured_output;
 pub mod trace_context;
 pub mod types;

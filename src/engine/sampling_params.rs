@@ -4,6 +4,8 @@
 //! fields: the API layer (`api::validation`) resolves defaults and rejects bad
 //! values once, so the scheduler and sampler never re-check them.
 
+use crate::engine::structured_output::StructuredOutput;
+
 /// Sampling parameters of one request body, already validated; its choices share one copy
 /// behind an `Arc`.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +40,8 @@ pub struct SamplingParams {
     pub logprobs: Option<u32>,
     /// Choices to generate for the prompt.
     pub n: u32,
+    /// The grammar the output must follow; `None` samples freely (and pays nothing for it).
+    pub structured: Option<StructuredOutput>,
 }
 
 impl Default for SamplingParams {
@@ -58,6 +62,7 @@ impl Default for SamplingParams {
             ignore_eos: false,
             logprobs: None,
             n: 1,
+            structured: None,
         }
     }
 }
