@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Side by side: llama.cpp's llama-server and kiln on the same GGUF, the same machine and the same
-# benchmark (kiln's bench_serving), at max concurrency 1, 8 and 32. Results and a summary go to
-# bench-results/side-by-side/.
+# benchmark (kiln's bench_serving). llama.cpp runs in both of its KV layouts (one unified buffer,
+# `-kvu`, and a KV slice per slot, its default with `-np`); the summary compares kiln with the
+# faster one at each concurrency and records both. Results go to bench-results/side-by-side/
+# (the short case) or bench-results/side-by-side-long/.
 #
 #   examples/llama_cpp_side_by_side.sh                 # build llama-server once, bench both
+#   examples/llama_cpp_side_by_side.sh --case long     # 2048-token prompts, 256 out, 1 and 8 streams
 #   examples/llama_cpp_side_by_side.sh --only kiln     # re-bench kiln, keep llama.cpp's results
 #   examples/llama_cpp_side_by_side.sh --build-only    # just build and cache llama-server
 #
-# Environment: KILN_LLAMA_CPP_DIR (build cache, default ~/.cache/kiln/llama.cpp), KILN_MODEL_GGUF
-# (default: the first *.gguf under .ci/cache, /tmp/model or kiln's cache), INPUT_LEN, OUTPUT_LEN
-# (default 128 each), NUM_PROMPTS (default max(8, 4 x concurrency)), CONCURRENCIES ("1 8 32"),
-# SEED (0), CTX_PER_SLOT (KV-cache tokens per concurrent stream, 512).
+# Cases: short = 128 prompt and 128 output tokens at 1, 8 and 32 streams, 32 slots of 512 tokens;
+# long = 2048 and 256 at 1 and 8 streams, 8 slots of 2560 tokens (room for one whole request each).
+# Environment overrides: KILN_LLAMA_CPP_DIR (build cache, default ~/.cache/kiln/llama.cpp),
+# KILN_MODEL_GGUF (default: the first *.gguf under .ci/cache, /tmp/model or kiln's cache),
+# INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS (default max(8, 4 x concurrency)), CONCURRENCIES, SEED (0),
+# SLOTS, CTX_PER_SLOT (KV-cache tokens per slot), LLAMA_KV_MODES ("unified per-slot").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,18 +28,6 @@ LLAMA_SERVER="$BUILD_DIR/bin/llama-server"
 
 KILN_BIN=target/release/kiln
 BENCH=target/release/examples/bench_serving
-OUT_DIR=bench-results/side-by-side
-
-INPUT_LEN="${INPUT_LEN:-128}"
-OUTPUT_LEN="${OUTPUT_LEN:-128}"
-NUM_PROMPTS="${NUM_PROMPTS:-}"
-CONCURRENCIES="${CONCURRENCIES:-1 8 32}"
-SEED="${SEED:-0}"
-# Both servers get room for 32 streams of CTX_PER_SLOT tokens: llama.cpp as -np 32 -c 32*512 in
-# one unified KV buffer, kiln as the same number of tokens in paged blocks.
-SLOTS=32
-CTX_PER_SLOT="${CTX_PER_SLOT:-512}"
-KV_TOKENS=$((SLOTS * CTX_PER_SLOT))
 KILN_BLOCK_SIZE=16
 THREADS="$(nproc)"
 
@@ -43,6 +36,7 @@ usage() {
   cat <<EOF
 
 Options:
+  --case short|long   the workload (default short)
   --only llama|kiln   bench one server only (the other's earlier results still go in the summary)
   --build-only        build and cache llama-server, then stop
   -h, --help          this help
@@ -51,8 +45,11 @@ EOF
 
 ONLY=""
 BUILD_ONLY=0
+CASE=short
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --case) CASE="${2:-}"; shift 2 ;;
+    --case=*) CASE="${1#--case=}"; shift ;;
     --only) ONLY="${2:-}"; shift 2 ;;
     --only=*) ONLY="${1#--only=}"; shift ;;
     --build-only) BUILD_ONLY=1; shift ;;
@@ -64,6 +61,23 @@ case "$ONLY" in
   ""|llama|kiln) ;;
   *) echo "--only takes llama or kiln, not '$ONLY'" >&2; exit 2 ;;
 esac
+case "$CASE" in
+  short)
+    OUT_DIR=bench-results/side-by-side
+    INPUT_LEN="${INPUT_LEN:-128}" OUTPUT_LEN="${OUTPUT_LEN:-128}"
+    CONCURRENCIES="${CONCURRENCIES:-1 8 32}" SLOTS="${SLOTS:-32}" CTX_PER_SLOT="${CTX_PER_SLOT:-512}" ;;
+  long)
+    OUT_DIR=bench-results/side-by-side-long
+    INPUT_LEN="${INPUT_LEN:-2048}" OUTPUT_LEN="${OUTPUT_LEN:-256}"
+    CONCURRENCIES="${CONCURRENCIES:-1 8}" SLOTS="${SLOTS:-8}" CTX_PER_SLOT="${CTX_PER_SLOT:-2560}" ;;
+  *) echo "--case takes short or long, not '$CASE'" >&2; exit 2 ;;
+esac
+NUM_PROMPTS="${NUM_PROMPTS:-}"
+SEED="${SEED:-0}"
+LLAMA_KV_MODES="${LLAMA_KV_MODES:-unified per-slot}"
+# Both servers get room for SLOTS streams of CTX_PER_SLOT tokens: llama.cpp as -np SLOTS
+# -c SLOTS*CTX_PER_SLOT, kiln as the same number of tokens in paged blocks.
+KV_TOKENS=$((SLOTS * CTX_PER_SLOT))
 
 die() { echo "error: $*" >&2; exit 1; }
 log() { echo "==> $*" >&2; }
@@ -220,20 +234,27 @@ bench_server() {
   done
 }
 
+# One llama-server run in one KV layout: "unified" (-kvu: one buffer shared by all slots, like
+# kiln's paged pool; on this build every sequence then attends over the whole buffer) or
+# "per-slot" (llama.cpp's default with -np: each slot owns CTX_PER_SLOT tokens).
 run_llama() {
-  local port log_file="$OUT_DIR/llama.log"
+  local mode="$1" port log_file="$OUT_DIR/llama-$mode.log" kv_flag=()
+  case "$mode" in
+    unified) kv_flag=(-kvu) ;;
+    per-slot) ;;
+    *) die "LLAMA_KV_MODES takes unified and per-slot, not '$mode'" ;;
+  esac
   port="$(free_port)"
-  rm -f "$OUT_DIR"/llama-c*.json # no stale results if this run fails half-way
-  log "starting llama-server on 127.0.0.1:$port"
-  # -kvu: one KV buffer shared by all slots, like kiln's paged pool; -cb: continuous batching;
-  # no prompt reuse across requests (--no-cache-prompt, --cache-ram 0), as kiln's prefix caching
-  # is off by default.
+  rm -f "$OUT_DIR"/llama-"$mode"-c*.json # no stale results if this run fails half-way
+  log "starting llama-server ($mode KV) on 127.0.0.1:$port"
+  # -cb: continuous batching; no prompt reuse across requests (--no-cache-prompt, --cache-ram 0),
+  # as kiln's prefix caching is off by default.
   "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
-    -np "$SLOTS" -c "$KV_TOKENS" -kvu -cb -t "$THREADS" -tb "$THREADS" \
+    -np "$SLOTS" -c "$KV_TOKENS" "${kv_flag[@]}" -cb -t "$THREADS" -tb "$THREADS" \
     --no-cache-prompt --cache-ram 0 --no-webui >"$log_file" 2>&1 &
   SERVER_PID=$!
   wait_ready "http://127.0.0.1:$port/health" '"ok"' "$log_file"
-  bench_server llama "http://127.0.0.1:$port"
+  bench_server "llama-$mode" "http://127.0.0.1:$port"
   stop_server
 }
 
@@ -253,14 +274,20 @@ run_kiln() {
 }
 
 mkdir -p "$OUT_DIR"
-[[ "$ONLY" == kiln ]] || run_llama
+if [[ "$ONLY" != kiln ]]; then
+  for mode in $LLAMA_KV_MODES; do run_llama "$mode"; done
+fi
 [[ "$ONLY" == llama ]] || run_kiln
 
 # --- summary ----------------------------------------------------------------------------------
 
 CPU_MODEL="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)"
+CPU_FLAGS="$(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' \
+  | grep -E '^(sse4_2|avx|avx2|fma|f16c|avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni)$' | tr '\n' ' ' || true)"
+# The kernel path kiln chose (its start-up log line), if kiln ran in this invocation.
+KILN_KERNELS="$(grep -o 'path="[a-z0-9]*"\|path=[a-z0-9]*' "$OUT_DIR/kiln.log" 2>/dev/null | head -n 1 || true)"
 export OUT_DIR CONCURRENCIES INPUT_LEN OUTPUT_LEN NUM_PROMPTS SEED MODEL LLAMA_CPP_PYTHON_VERSION \
-  CPU_MODEL THREADS KV_TOKENS
+  CPU_MODEL CPU_FLAGS KILN_KERNELS THREADS KV_TOKENS SLOTS CTX_PER_SLOT LLAMA_KV_MODES CASE
 DATE="$(date -u)" ARCH="$(uname -m)" python3 - <<'EOF'
 import json, os
 
@@ -287,24 +314,36 @@ def ratio(k, l):
 def fmt(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}"
 
+modes = env["LLAMA_KV_MODES"].split()
 rows = []
 for c in map(int, env["CONCURRENCIES"].split()):
-    llama, kiln = load("llama", c), load("kiln", c)
-    row = {"concurrency": c, "llama.cpp": llama, "kiln": kiln, "kiln_over_llama": {}}
+    by_mode = {m: load(f"llama-{m}", c) for m in modes}
+    ran = {m: r for m, r in by_mode.items() if r and r.get("output_tok_s")}
+    # The peer at its best for this workload: the layout with the higher output throughput.
+    best_mode = max(ran, key=lambda m: ran[m]["output_tok_s"]) if ran else None
+    llama, kiln = (ran.get(best_mode) if best_mode else None), load("kiln", c)
+    row = {"concurrency": c, "llama.cpp": llama, "llama.cpp_setting": best_mode,
+           "llama.cpp_by_kv_layout": by_mode, "kiln": kiln, "kiln_over_llama": {}}
     for k in ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms"):
         row["kiln_over_llama"][k] = ratio((kiln or {}).get(k), (llama or {}).get(k))
     rows.append(row)
 
 print()
-print("output tok/s: higher is better; TTFT and TPOT: lower is better. ratio = kiln / llama.cpp")
-head = ("conc", "llama tok/s", "kiln tok/s", "ratio", "llama TTFT", "kiln TTFT", "ratio",
-        "llama TPOT", "kiln TPOT", "ratio")
+print(f"case {env['CASE']}: {env['INPUT_LEN']} prompt / {env['OUTPUT_LEN']} output tokens; "
+      f"{env['CPU_MODEL']} ({env['THREADS']} threads; {env['CPU_FLAGS'].strip()})")
+print("output tok/s: higher is better; TTFT and TPOT: lower is better. "
+      "ratio = kiln / llama.cpp at its faster KV layout")
+head = ("conc", "llama.cpp tok/s by layout", "best", "kiln tok/s", "ratio", "llama TTFT",
+        "kiln TTFT", "ratio", "llama TPOT", "kiln TPOT", "ratio")
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for r in rows:
     l, k, q = r["llama.cpp"] or {}, r["kiln"] or {}, r["kiln_over_llama"]
-    cells = [str(r["concurrency"])]
-    for key in ("output_tok_s", "ttft_p50_ms", "tpot_p50_ms"):
+    layouts = ", ".join(f"{m} {fmt((v or {}).get('output_tok_s'))}"
+                        for m, v in r["llama.cpp_by_kv_layout"].items())
+    cells = [str(r["concurrency"]), layouts, r["llama.cpp_setting"] or "-",
+             fmt(k.get("output_tok_s")), fmt(q["output_tok_s"], 2)]
+    for key in ("ttft_p50_ms", "tpot_p50_ms"):
         cells += [fmt(l.get(key)), fmt(k.get(key)), fmt(q[key], 2)]
     print("| " + " | ".join(cells) + " |")
 failed = [(s, r["concurrency"]) for r in rows for s in ("llama.cpp", "kiln")
@@ -314,15 +353,21 @@ for s, c in failed:
 
 summary = {
     "date": env["DATE"],
+    "case": env["CASE"],
     "arch": env["ARCH"],
     "cpu": env["CPU_MODEL"],
+    "cpu_flags": env["CPU_FLAGS"].split(),
+    "kiln_kernels": env["KILN_KERNELS"] or None,
     "nproc": int(env["THREADS"]),
     "llama_cpp_python_version": env["LLAMA_CPP_PYTHON_VERSION"],
+    "llama_cpp_kv_layouts": modes,
     "model": env["MODEL"],
     "input_len": int(env["INPUT_LEN"]),
     "output_len": int(env["OUTPUT_LEN"]),
     "num_prompts": env["NUM_PROMPTS"] or "max(8, 4 x concurrency)",
     "seed": int(env["SEED"]),
+    "slots": int(env["SLOTS"]),
+    "ctx_per_slot": int(env["CTX_PER_SLOT"]),
     "kv_cache_tokens": int(env["KV_TOKENS"]),
     "results": rows,
 }
