@@ -16,3 +16,4 @@ pub mod scheduler;
 pub mod server;
 pub mod stats;
 pub mod testing;
+pub mod traces;

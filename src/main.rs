@@ -8,15 +8,9 @@ use kiln::config::cli::{Cli, Command};
 use kiln::model::fetch::{default_cache_dir, ensure_default_model};
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     let cli = Cli::parse();
+    let json = matches!(&cli.command, Command::Serve(args) if args.log_format.as_deref() == Some("json"));
+    init_logging(json);
     let result = match cli.command {
         Command::Serve(args) => args
             .resolve()
@@ -39,5 +33,20 @@ fn main() -> ExitCode {
             tracing::error!("{error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`): text, or one JSON object per
+/// line (`--log-format json`: fields as JSON values, escaped as JSON).
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).with_current_span(false).init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
     }
 }

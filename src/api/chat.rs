@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::json_body::JsonBody;
 use super::limits::PromptSize;
+use super::request_log::RequestLog;
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
     ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
@@ -23,10 +24,11 @@ use crate::engine::types::Operation;
 use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, ChatTemplateError};
 
 pub async fn create_chat_completion(
+    req: HttpRequest,
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<ChatCompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    serve::<Chat>(&state, body).await
+    serve::<Chat>(&state, body, RequestLog::of(&req)).await
 }
 
 /// The chat endpoint's part of the pipeline.

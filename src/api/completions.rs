@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::json_body::JsonBody;
 use super::limits::PromptSize;
+use super::request_log::RequestLog;
 use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
     TopLogprobMap, Usage, finite_logprob,
@@ -22,10 +23,11 @@ use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 
 pub async fn create_completion(
+    req: HttpRequest,
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    serve::<Completions>(&state, body).await
+    serve::<Completions>(&state, body, RequestLog::of(&req)).await
 }
 
 /// The completions endpoint's part of the pipeline.

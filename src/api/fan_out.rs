@@ -12,6 +12,7 @@ use tokenizers::Tokenizer;
 use super::errors::ApiError;
 use super::generation::{ChoiceRequest, ChoiceStream};
 use super::prompt::{ParamNames, fit_to_context};
+use super::request_log::RequestRecord;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 use crate::scheduler::actor::SchedulerActor;
@@ -57,6 +58,7 @@ pub fn plan_choices(
                 seed: shared.seed.map(|s| s.wrapping_add(u64::from(c))),
                 operation: fan_out.operation,
                 arrival: fan_out.arrival,
+                trace: None,
             });
         }
     }
@@ -69,10 +71,11 @@ pub async fn submit_choices(
     scheduler: &Addr<SchedulerActor>,
     tokenizer: &Arc<Tokenizer>,
     planned: Vec<ChoiceRequest>,
+    record: Option<Arc<RequestRecord>>,
 ) -> Result<Vec<ChoiceStream>, ApiError> {
     let mut choices = Vec::with_capacity(planned.len());
     for request in planned {
-        choices.push(ChoiceStream::submit(scheduler, tokenizer, request).await?);
+        choices.push(ChoiceStream::submit(scheduler, tokenizer, request, record.clone()).await?);
     }
     Ok(choices)
 }

@@ -12,11 +12,13 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use super::detokenizer::IncrementalDetokenizer;
 use super::errors::ApiError;
 use super::openai_types::RequestMetrics;
+use super::request_log::RequestRecord;
 use super::stop_strings::StopStringMatcher;
 use crate::engine::events::{EngineError, TokenEvent, TokenLogprobs, TokenUsage};
 use crate::engine::intervals::RequestIntervals;
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::sampling_params::SamplingParams;
+use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{FinishReason, Operation, RequestId};
 use crate::scheduler::actor::SchedulerActor;
 
@@ -65,6 +67,8 @@ pub struct ChoiceStream {
     prompt_tokens: usize,
     completion_tokens: usize,
     finished: bool,
+    /// Where this choice reports its end (access log, spans); shared by the body's choices.
+    record: Option<Arc<RequestRecord>>,
 }
 
 /// What to submit for one choice.
@@ -79,6 +83,8 @@ pub struct ChoiceRequest {
     pub seed: Option<u64>,
     pub operation: Operation,
     pub arrival: Instant,
+    /// The span this engine request's telemetry links to (set when the request is traced).
+    pub trace: Option<TraceContext>,
 }
 
 impl ChoiceStream {
@@ -87,6 +93,7 @@ impl ChoiceStream {
         scheduler: &Addr<SchedulerActor>,
         tokenizer: &Arc<Tokenizer>,
         request: ChoiceRequest,
+        record: Option<Arc<RequestRecord>>,
     ) -> Result<Self, ApiError> {
         let (tx, rx) = unbounded_channel();
         let stops = StopStringMatcher::new(request.params.stop.clone());
@@ -99,7 +106,7 @@ impl ChoiceStream {
             seed: request.seed,
             operation: request.operation,
             arrival: request.arrival,
-            trace: None,
+            trace: request.trace,
             events: tx,
         };
         match scheduler.send(message).await {
@@ -118,6 +125,7 @@ impl ChoiceStream {
             prompt_tokens,
             completion_tokens: 0,
             finished: false,
+            record,
         })
     }
 
@@ -154,7 +162,12 @@ impl ChoiceStream {
                         end: None,
                     }));
                 }
-                TokenEvent::Finished { reason, usage, timings } => {
+                TokenEvent::Finished {
+                    reason,
+                    usage,
+                    timings,
+                    timeline,
+                } => {
                     self.finished = true;
                     let tail = self.detokenizer.finish(&self.tokenizer);
                     let outcome = self.stops.push(&tail);
@@ -166,6 +179,7 @@ impl ChoiceStream {
                         reason
                     };
                     let end = ChoiceEnd { reason, usage, timings };
+                    self.report(end, timeline);
                     return Some(Ok(ChoiceDelta {
                         text,
                         tokens: Vec::new(),
@@ -194,16 +208,34 @@ impl ChoiceStream {
             timings: RequestIntervals::default(),
         };
         while let Some(event) = self.events.recv().await {
-            if let TokenEvent::Finished { usage, timings, .. } = event {
+            if let TokenEvent::Finished {
+                usage,
+                timings,
+                timeline,
+                ..
+            } = event
+            {
                 end.usage = usage;
                 end.timings = timings;
-                break;
+                self.report(end, timeline);
+                return ChoiceDelta {
+                    text,
+                    tokens,
+                    end: Some(end),
+                };
             }
         }
+        self.report(end, None);
         ChoiceDelta {
             text,
             tokens,
             end: Some(end),
+        }
+    }
+
+    fn report(&self, end: ChoiceEnd, timeline: Option<Box<crate::engine::timeline::RequestTimeline>>) {
+        if let Some(record) = &self.record {
+            record.choice_ended(self.index, end, timeline);
         }
     }
 

@@ -17,6 +17,7 @@ pub mod openai_types;
 pub mod openapi;
 pub mod pipeline;
 pub mod prompt;
+pub mod request_log;
 pub mod routes;
 pub mod service_types;
 pub mod sse;
@@ -64,6 +65,8 @@ pub struct AppState {
     pub limits: LimitsConfig,
     /// A streaming client that takes no ready chunk for this long is gone.
     pub stream_stall_timeout: Duration,
+    /// Samples and exports request spans; `None` when no traces endpoint is configured.
+    pub tracer: Option<Arc<crate::traces::Tracer>>,
     /// Keeps the meter provider (and its exporters) alive as long as the server.
     pub _telemetry: Arc<Telemetry>,
 }

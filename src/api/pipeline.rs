@@ -4,6 +4,7 @@
 //! [`ResponseFormat`], as in vLLM's serving layer and TGI's router.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix_web::HttpResponse;
@@ -13,11 +14,15 @@ use super::fan_out::{FanOut, plan_choices, submit_choices};
 use super::generation::{ChoiceDelta, cached_prompt_tokens, collect_all};
 use super::limits::{PromptSize, check_limits};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
+use super::generation::ChoiceRequest;
 use super::prompt::{ParamNames, check_prompt};
+use super::request_log::{RequestLog, RequestRecord};
 use super::sse::{ChunkFormat, PromptUsage, sse_response};
 use super::{AppState, ServedModel, unix_now};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
+use crate::traces::span::{EngineRequestSpan, RequestSpans, SpanParams, SpanPlan};
+use crate::traces::{Tracer, engine_trace};
 
 /// How the response is delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +109,11 @@ pub trait Endpoint {
 }
 
 /// Serves one generation request from its parsed body to the response.
-pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result<HttpResponse, ApiError> {
+pub async fn serve<E: Endpoint>(
+    state: &AppState,
+    request: E::Request,
+    log: Arc<RequestLog>,
+) -> Result<HttpResponse, ApiError> {
     let arrival = Instant::now();
     state.check_model(E::requested_model(&request))?;
     let params = E::sampling_params(&request)?;
@@ -130,8 +139,32 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
         params: names,
     };
     let choices_per_prompt = params.n.max(1);
-    let choices = plan_choices(&fan_out, prompts, params)?;
-    let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices).await?;
+    let span_params = SpanParams {
+        max_tokens: params.max_tokens,
+        temperature: params.temperature,
+        top_p: params.top_p,
+        top_k: params.top_k,
+        n: params.n,
+    };
+    let mut choices = plan_choices(&fan_out, prompts, params)?;
+    let request_id = log.request_id_or(&id);
+    let traced = state.tracer.as_ref().and_then(|tracer| {
+        let plan = tracer.sample(&log.parent, arrival)?;
+        let spans = trace_choices(tracer, &plan, &mut choices);
+        let spans = RequestSpans {
+            plan,
+            request_id,
+            model: state.model.name.clone(),
+            operation: E::OPERATION.as_str(),
+            params: span_params,
+            prompt_tokens,
+            engine_requests: spans,
+            ended: arrival,
+        };
+        Some((Arc::clone(tracer), spans))
+    });
+    let record = RequestRecord::new(log, traced, state.model.name.clone(), prompt_tokens, choices.len());
+    let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
     match delivery {
         Delivery::Stream { include_usage } => Ok(sse_response(
             choices,
@@ -153,4 +186,22 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
             Ok(format.response(results, usage))
         }
     }
+}
+
+/// Gives each engine request its span: the SERVER span itself when the body has one, a child
+/// span each when it fans out.
+fn trace_choices(tracer: &Tracer, plan: &SpanPlan, choices: &mut [ChoiceRequest]) -> Vec<EngineRequestSpan> {
+    let fans_out = choices.len() > 1;
+    choices
+        .iter_mut()
+        .map(|choice| {
+            let context = fans_out.then(|| plan.child(tracer.new_span_id()));
+            choice.trace = Some(engine_trace(context.as_ref().unwrap_or(&plan.context)));
+            EngineRequestSpan {
+                context,
+                engine_request_id: choice.id.clone(),
+                end: None,
+            }
+        })
+        .collect()
 }

@@ -145,6 +145,21 @@ pub struct ServeArgs {
     /// cumulative or delta.
     #[arg(long, env = "KILN_OTLP_TEMPORALITY")]
     pub otlp_temporality: Option<String>,
+    /// Export request spans over OTLP to this URL (http/protobuf: include /v1/traces), as vLLM's.
+    #[arg(long, env = "KILN_OTLP_TRACES_ENDPOINT")]
+    pub otlp_traces_endpoint: Option<String>,
+    /// http/protobuf or grpc, for spans.
+    #[arg(long, env = "KILN_OTLP_TRACES_PROTOCOL")]
+    pub otlp_traces_protocol: Option<String>,
+    /// Finished spans waiting for export; when full, new spans are dropped (and counted).
+    #[arg(long, env = "KILN_OTLP_TRACES_QUEUE_SIZE")]
+    pub otlp_traces_queue_size: Option<usize>,
+    /// Log format: text or json (one JSON object per line).
+    #[arg(long, env = "KILN_LOG_FORMAT", value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
+    /// Write access-log lines for /health, /ready and /metrics too.
+    #[arg(long, env = "KILN_ACCESS_LOG_PROBES")]
+    pub access_log_probes: bool,
     /// KV-block residency histograms (lifetime, idle before eviction, reuse gaps), as vLLM's.
     #[arg(long, env = "KILN_KV_CACHE_METRICS")]
     pub kv_cache_metrics: bool,
@@ -231,6 +246,12 @@ impl ServeArgs {
         set(&mut c.telemetry.otlp_interval_s, &self.otlp_interval);
         set(&mut c.telemetry.otlp_timeout_s, &self.otlp_timeout);
         set(&mut c.telemetry.otlp_temporality, &self.otlp_temporality);
+        set(&mut c.telemetry.otlp_traces_endpoint, &self.otlp_traces_endpoint);
+        set(&mut c.telemetry.otlp_traces_protocol, &self.otlp_traces_protocol);
+        set(&mut c.telemetry.otlp_traces_queue_size, &self.otlp_traces_queue_size);
+        if self.access_log_probes {
+            c.telemetry.access_log_probes = true;
+        }
         for header in &self.otlp_headers {
             let name = header.split('=').next().unwrap_or("").trim().to_string();
             c.telemetry

@@ -143,6 +143,15 @@ pub struct TelemetrySettings {
     pub kv_cache_metrics_sample: f64,
     /// Estimated FLOPs and bytes of every step (vLLM's `--enable-mfu-metrics`).
     pub enable_mfu_metrics: bool,
+    /// OTLP traces target, the exact URL; empty: none unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+    /// or `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Tracing is on exactly when there is one.
+    pub otlp_traces_endpoint: String,
+    /// "http/protobuf" or "grpc"; empty: from the standard variables (default http/protobuf).
+    pub otlp_traces_protocol: String,
+    /// Finished spans waiting for export; when full, new spans are dropped and counted.
+    pub otlp_traces_queue_size: usize,
+    /// Access-log lines for `/health`, `/ready` and `/metrics` too.
+    pub access_log_probes: bool,
 }
 
 impl Default for ServerConfig {
@@ -210,6 +219,10 @@ impl Default for TelemetrySettings {
             kv_cache_metrics: false,
             kv_cache_metrics_sample: 0.01,
             enable_mfu_metrics: false,
+            otlp_traces_endpoint: String::new(),
+            otlp_traces_protocol: String::new(),
+            otlp_traces_queue_size: crate::traces::config::DEFAULT_QUEUE_SIZE,
+            access_log_probes: false,
         }
     }
 }
@@ -410,6 +423,29 @@ impl Config {
             t.otlp_headers.push(format!("{name}={value}"));
         }
         Ok(())
+    }
+
+    /// The traces settings over the standard `OTEL_*` variables read through `lookup`, or
+    /// `None` when no traces endpoint is configured anywhere.
+    pub fn traces(
+        &self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<crate::traces::config::TracesConfig>, ConfigError> {
+        let t = &self.telemetry;
+        let protocol = match t.otlp_traces_protocol.as_str() {
+            "" => None,
+            p => Some(
+                p.parse()
+                    .map_err(|e: OtlpError| invalid("telemetry.otlp_traces_protocol", e.to_string()))?,
+            ),
+        };
+        let settings = crate::traces::config::TracesSettings {
+            endpoint: (!t.otlp_traces_endpoint.is_empty()).then(|| t.otlp_traces_endpoint.clone()),
+            protocol,
+            queue_size: Some(t.otlp_traces_queue_size),
+        };
+        crate::traces::config::traces_config_from_lookup(&settings, lookup)
+            .map_err(|e| invalid("telemetry.otlp_traces_*", e.to_string()))
     }
 
     /// KV cache bytes from `engine.kv_cache_memory` (validated).

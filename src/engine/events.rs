@@ -2,6 +2,7 @@
 //! actor message).
 
 use crate::engine::intervals::RequestIntervals;
+use crate::engine::timeline::RequestTimeline;
 use crate::engine::types::FinishReason;
 
 /// Log-probabilities of one generated position.
@@ -34,6 +35,8 @@ pub enum TokenEvent {
         usage: TokenUsage,
         /// The request's intervals, defined exactly as the histograms define them.
         timings: RequestIntervals,
+        /// Traced requests only: the timestamps and events their span is built from.
+        timeline: Option<Box<RequestTimeline>>,
     },
     Failed {
         error: EngineError,

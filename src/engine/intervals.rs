@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 /// Monotonic timestamps of one request, all from `Instant` (one clock).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RequestTimestamps {
     /// The API parsed the request.
     pub arrival: Instant,

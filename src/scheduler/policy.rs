@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::request::{NewRequest, Request};
-use crate::engine::events::{EngineError, TokenEvent, TokenUsage};
+use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::AbortReason;
+use crate::engine::timeline::RequestEventKind;
 use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use crate::engine::types::{FinishReason, RequestId};
 use crate::kv_cache::block_manager::{BlockManager, BlockManagerConfig};
@@ -174,7 +175,7 @@ impl Scheduler {
             let mut fits = true;
             while self.blocks.allocate_slots(&self.running[i].id, target).is_none() {
                 let victim = self.running.len() - 1;
-                self.preempt(victim, &mut out);
+                self.preempt(victim, &mut out, now);
                 preempted = true;
                 if victim == i {
                     fits = false;
@@ -191,7 +192,7 @@ impl Scheduler {
         }
         // Admitting work in a step that had to preempt would only thrash.
         if !preempted {
-            self.swap_in_swapped(&mut out, &mut budget);
+            self.swap_in_swapped(&mut out, &mut budget, now);
             // Swapped requests are older than waiting ones: they come back first (FCFS).
             if self.swapped.is_empty() {
                 self.admit_waiting(&mut out, &mut budget, now);
@@ -283,7 +284,7 @@ impl Scheduler {
             }
             let mut request = self.waiting.pop_front().expect("front exists");
             self.count_prefix_lookup(&mut request);
-            request.timestamps.scheduled.get_or_insert(now);
+            request.note_scheduled(now);
             *budget -= num_new;
             out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
             self.running.push(request);
@@ -292,7 +293,7 @@ impl Scheduler {
 
     /// Brings swapped requests back while their blocks, one more token each, the budget and
     /// the sequence limit fit.
-    fn swap_in_swapped(&mut self, out: &mut SchedulerOutput, budget: &mut usize) {
+    fn swap_in_swapped(&mut self, out: &mut SchedulerOutput, budget: &mut usize, now: Instant) {
         while *budget > 0 && self.running.len() < self.config.max_num_seqs {
             let Some(request) = self.swapped.front() else {
                 break;
@@ -307,6 +308,7 @@ impl Scheduler {
             };
             out.swap_in.extend(pairs);
             let mut request = self.swapped.pop_front().expect("front exists");
+            request.note(RequestEventKind::SwappedIn, now);
             let target = request.num_computed + num_new;
             // Checked above: the free blocks cover the swapped table plus the new tokens.
             let grown = self.blocks.allocate_slots(&request.id, target);
@@ -319,13 +321,15 @@ impl Scheduler {
 
     /// Preempts a running request: swaps its blocks to the host pool when that mode is on
     /// and the pool has room, else frees them for a later recompute.
-    fn preempt(&mut self, index: usize, out: &mut SchedulerOutput) {
+    fn preempt(&mut self, index: usize, out: &mut SchedulerOutput, now: Instant) {
         self.preemptions += 1;
+        self.running[index].note(RequestEventKind::Preempted, now);
         if self.config.preemption_mode == PreemptionMode::Swap
             && let Some(pairs) = self.blocks.swap_out(&self.running[index].id)
         {
             out.swap_out.extend(pairs);
-            let request = self.running.remove(index);
+            let mut request = self.running.remove(index);
+            request.note(RequestEventKind::SwappedOut, now);
             tracing::debug!(id = %request.id, "preempted (swap)");
             self.swapped.push_back(request);
             return;
@@ -434,8 +438,7 @@ impl Scheduler {
                     .inter_token_latency_s
                     .push(now.saturating_duration_since(last).as_secs_f64()),
             }
-            ts.first_token.get_or_insert(now);
-            ts.last_token = Some(now);
+            request.note_token(now);
             result.events.push((
                 request.id.clone(),
                 TokenEvent::Token {
@@ -478,38 +481,6 @@ impl Scheduler {
         Self::finish(request, reason, error_type, now)
     }
 
-    fn finish(
-        mut request: Request,
-        reason: FinishReason,
-        error_type: Option<&'static str>,
-        now: Instant,
-    ) -> (RequestId, TokenEvent, FinishedRequestStats) {
-        request.timestamps.finished = Some(now);
-        let intervals = request.timestamps.intervals(request.output.len());
-        let usage = TokenUsage {
-            prompt_tokens: request.prompt.len(),
-            completion_tokens: request.output.len(),
-            cached_prompt_tokens: request.cached_prompt_tokens.unwrap_or(0),
-        };
-        let stats = FinishedRequestStats {
-            finish_reason: reason,
-            operation: request.operation,
-            error_type,
-            prompt_tokens: usage.prompt_tokens as u64,
-            generation_tokens: usage.completion_tokens as u64,
-            max_tokens: u64::from(request.params.max_tokens),
-            n: u64::from(request.params.n),
-            intervals,
-            trace: request.trace,
-        };
-        let event = TokenEvent::Finished {
-            reason,
-            usage,
-            timings: intervals,
-        };
-        (request.id, event, stats)
-    }
-
     /// Ends a request wherever it is and frees its blocks. Returns its final event, or
     /// `None` when the id is unknown (already finished).
     pub fn abort(&mut self, id: &RequestId, reason: AbortReason, now: Instant) -> Option<TokenEvent> {
@@ -527,6 +498,10 @@ impl Scheduler {
             self.waiting.remove(i)?
         };
         self.blocks.free(&request.id);
+        let mut request = request;
+        if reason == AbortReason::ClientGone {
+            request.note(RequestEventKind::Aborted, now);
+        }
         let (_, event, stats) = Self::finish(request, finish_reason, None, now);
         self.pending.finished.push(stats);
         Some(event)
@@ -586,6 +561,8 @@ impl Scheduler {
     }
 }
 
+#[path = "policy_finish.rs"]
+mod finish;
 #[path = "policy_kv_events.rs"]
 mod kv_events;
 #[cfg(test)]

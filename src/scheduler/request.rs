@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::in_flight::InFlight;
 use crate::engine::intervals::RequestTimestamps;
 use crate::engine::sampling_params::SamplingParams;
+use crate::engine::timeline::{RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
 
@@ -35,6 +36,8 @@ pub(crate) struct Request {
     pub operation: Operation,
     pub trace: Option<TraceContext>,
     pub timestamps: RequestTimestamps,
+    /// Traced requests only: scheduling events for the span (nothing kept otherwise).
+    pub events: Option<Box<RequestEvents>>,
     /// Tokens whose K/V are in the cache (0 again after a recompute preemption).
     pub num_computed: usize,
     /// Its part in the steps sent to the executor and not back yet (async scheduling).
@@ -57,6 +60,7 @@ impl Request {
             params: new.params,
             seed: new.seed,
             operation: new.operation,
+            events: new.trace.map(|_| Box::default()),
             trace: new.trace,
             timestamps,
             num_computed: 0,
@@ -64,6 +68,38 @@ impl Request {
             prefill_counted: false,
             cached_prompt_tokens: None,
         }
+    }
+
+    /// Records a scheduling event when the request is traced.
+    pub fn note(&mut self, kind: RequestEventKind, at: Instant) {
+        if let Some(events) = &mut self.events {
+            events.record(kind, at);
+        }
+    }
+
+    /// Admitted into the running batch: the first time sets `scheduled`.
+    pub fn note_scheduled(&mut self, at: Instant) {
+        self.timestamps.scheduled.get_or_insert(at);
+        self.note(RequestEventKind::Scheduled, at);
+    }
+
+    /// A token was sampled at `at`.
+    pub fn note_token(&mut self, at: Instant) {
+        if self.timestamps.first_token.is_none() {
+            self.timestamps.first_token = Some(at);
+            self.note(RequestEventKind::FirstToken, at);
+        }
+        self.timestamps.last_token = Some(at);
+    }
+
+    /// The timestamps and events its span is built from (traced requests only).
+    pub fn take_timeline(&mut self) -> Option<Box<RequestTimeline>> {
+        self.events.take().map(|events| {
+            Box::new(RequestTimeline {
+                timestamps: self.timestamps,
+                events: *events,
+            })
+        })
     }
 
     /// Prompt plus generated tokens.

@@ -32,7 +32,10 @@ use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
 use crate::stats::exporter::Telemetry;
-use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers};
+use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
+use crate::stats::span_exports::{SpanExportCounters, register_span_export_counters};
+use crate::traces::Tracer;
+use crate::api::access_log::AccessLogSettings;
 use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
 use access::Access;
@@ -59,7 +62,20 @@ pub struct RunningServer {
     pub telemetry: Arc<Telemetry>,
     /// Liveness and readiness.
     pub health: Arc<EngineHealth>,
+    /// Exports request spans; `None` when tracing is off.
+    pub tracer: Option<Arc<Tracer>>,
 }
+
+/// Flushes the final metric push and the queued spans (each bounded in time).
+pub fn shutdown_telemetry(telemetry: &Telemetry, tracer: Option<&Arc<Tracer>>) {
+    telemetry.shutdown().ok();
+    if let Some(tracer) = tracer {
+        tracer.shutdown(SPAN_FLUSH_TIMEOUT);
+    }
+}
+
+/// How long queued spans get to reach the collector at exit.
+const SPAN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `kiln serve`: bind, load while answering probes, start, and serve until stopped.
 /// SIGTERM/SIGINT drain and return `Ok`; an engine that dies for good (restarts exhausted, a
@@ -103,11 +119,11 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
         };
         if let Some(reason) = dead {
             handle.stop(false).await;
-            running.telemetry.shutdown().ok();
+            shutdown_telemetry(&running.telemetry, running.tracer.as_ref());
             anyhow::bail!("the engine is dead: {reason}");
         }
         tracing::info!("drained; flushing telemetry");
-        running.telemetry.shutdown().ok();
+        shutdown_telemetry(&running.telemetry, running.tracer.as_ref());
         Ok(())
     })
 }
@@ -144,8 +160,7 @@ pub async fn start_on<E: Executor>(
         }
         None => Vec::new(),
     };
-    let telemetry = build_telemetry_with_readers(
-        &TelemetryConfig {
+    let telemetry_config = TelemetryConfig {
             enabled: config.telemetry.enabled,
             engine_prefix: config.telemetry.engine_prefix.clone(),
             model_name: prepared.served.name.clone(),
@@ -160,9 +175,9 @@ pub async fn start_on<E: Executor>(
             },
             kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
             mfu_metrics: prepared.scheduler.step_cost.is_some(),
-        },
-        push_readers,
-    )?;
+    };
+    let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
+    let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
     };
@@ -190,6 +205,7 @@ pub async fn start_on<E: Executor>(
         per_request_metrics: config.server.enable_per_request_metrics,
         limits: config.limits.clone(),
         stream_stall_timeout: Duration::from_secs_f64(config.server.stream_stall_timeout_s),
+        tracer: tracer.clone(),
         _telemetry: Arc::clone(&telemetry),
     });
     let body_limit = config.server.max_request_body_bytes;
@@ -198,6 +214,9 @@ pub async fn start_on<E: Executor>(
     )));
     let stats_for_http = stats.clone();
     let health_data = web::Data::from(health.clone());
+    let access_log = web::Data::new(AccessLogSettings {
+        probes: config.telemetry.access_log_probes,
+    });
     let access = Access::from_config(config)?;
     let keys = access.keys.clone();
     let cors = access.cors.clone();
@@ -208,6 +227,7 @@ pub async fn start_on<E: Executor>(
         App::new()
             .app_data(state.clone())
             .app_data(health_data.clone())
+            .app_data(access_log.clone())
             .app_data(crate::api::errors::json_config(body_limit))
             .app_data(web::PayloadConfig::new(body_limit))
             .app_data(body_timeout.clone())
@@ -254,5 +274,24 @@ pub async fn start_on<E: Executor>(
         stats,
         telemetry,
         health,
+        tracer,
     })
+}
+
+/// The span exporter when a traces endpoint is configured (flag, config or `OTEL_*`), with
+/// its export-health counters on the meter; a bad setting stops startup.
+fn start_tracer(
+    config: &Config,
+    telemetry_config: &TelemetryConfig,
+    telemetry: &Telemetry,
+) -> anyhow::Result<Option<Arc<Tracer>>> {
+    let counters = Arc::new(SpanExportCounters::default());
+    register_span_export_counters(telemetry, &counters);
+    let Some(traces) = config.traces(|name| std::env::var(name).ok())? else {
+        return Ok(None);
+    };
+    tracing::info!(endpoint = %traces.otlp.endpoint, protocol = traces.otlp.protocol.as_str(),
+        sampler = ?traces.sampler, "exporting request spans over OTLP");
+    let tracer = Tracer::start(&traces, resource(telemetry_config), counters)?;
+    Ok(Some(Arc::new(tracer)))
 }

@@ -192,7 +192,7 @@ fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
 /// `service.*` from the config, then `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` on
 /// top (the standard variables win, as the OpenTelemetry spec says). No SDK/telemetry
 /// detectors: `target_info` carries what operators asked for and nothing else.
-fn resource(cfg: &TelemetryConfig) -> Resource {
+pub fn resource(cfg: &TelemetryConfig) -> Resource {
     let instance_id = if cfg.service_instance_id.is_empty() {
         default_instance_id()
     } else {

@@ -12,5 +12,6 @@ pub mod instrumentator;
 pub mod instruments;
 pub mod otlp;
 pub mod prompt_source;
+pub mod span_exports;
 pub mod step_cost;
 pub mod throughput_log;

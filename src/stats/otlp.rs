@@ -67,9 +67,9 @@ use opentelemetry_sdk::metrics::{InstrumentKind, PeriodicReader, Pipeline, Tempo
 use serde::{Deserialize, Serialize};
 
 mod env;
-mod transport;
+pub(crate) mod transport;
 
-pub use env::{otlp_config_from_env, otlp_config_from_lookup};
+pub use env::{OtlpSignal, otlp_config_from_env, otlp_config_from_lookup, signal_config_from_lookup, signal_endpoint_from_base};
 use transport::{GrpcHeaders, HeadersLast, blocking_client, grpc_headers, http_headers};
 
 /// `OTEL_METRIC_EXPORT_INTERVAL`'s default.
@@ -265,7 +265,7 @@ pub fn build_otlp_reader(cfg: &OtlpConfig) -> Result<Box<dyn MetricReader>, Otlp
     Ok(Box::new(OtlpReader(reader)))
 }
 
-fn check_endpoint(endpoint: &str) -> Result<(), OtlpError> {
+pub(crate) fn check_endpoint(endpoint: &str) -> Result<(), OtlpError> {
     let err = |reason: String| OtlpError::Endpoint {
         endpoint: endpoint.to_owned(),
         reason,

@@ -31,6 +31,7 @@ mod slow_clients;
 mod telemetry;
 mod telemetry_external;
 mod tls;
+mod traces;
 mod vllm_compat;
 mod vllm_dashboards;
 mod vocabulary;

@@ -11,11 +11,65 @@ pub fn otlp_config_from_env(base: Option<OtlpConfig>) -> Result<Option<OtlpConfi
     })
 }
 
-/// Applies the standard variables, read through `lookup`, over `base` (kiln's config).
-/// Signal-specific variables (`OTEL_EXPORTER_OTLP_METRICS_*`) win over the general ones;
-/// empty values count as unset. Push is on when `base` is given or an endpoint variable is
-/// set; otherwise `Ok(None)`.
+/// The signal an OTLP exporter carries: which `OTEL_EXPORTER_OTLP_{SIGNAL}_*` variables
+/// apply and which path http/protobuf appends to `OTEL_EXPORTER_OTLP_ENDPOINT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpSignal {
+    Metrics,
+    Traces,
+}
+
+impl OtlpSignal {
+    /// `OTEL_EXPORTER_OTLP_{SIGNAL}_{suffix}`.
+    fn var(self, suffix: &str) -> &'static str {
+        match (self, suffix) {
+            (Self::Metrics, "ENDPOINT") => "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            (Self::Metrics, "PROTOCOL") => "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+            (Self::Metrics, "HEADERS") => "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+            (Self::Metrics, _) => "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+            (Self::Traces, "ENDPOINT") => "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            (Self::Traces, "PROTOCOL") => "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            (Self::Traces, "HEADERS") => "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            (Self::Traces, _) => "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        }
+    }
+
+    /// The http/protobuf path of the signal under a collector's base URL.
+    pub fn http_path(self) -> &'static str {
+        match self {
+            Self::Metrics => "/v1/metrics",
+            Self::Traces => "/v1/traces",
+        }
+    }
+}
+
+/// The signal's URL for a collector's base URL (`OTEL_EXPORTER_OTLP_ENDPOINT` semantics):
+/// http/protobuf appends the signal's path, grpc uses the base as is.
+pub fn signal_endpoint_from_base(base: &str, protocol: OtlpProtocol, signal: OtlpSignal) -> String {
+    match (signal, protocol) {
+        (OtlpSignal::Metrics, _) => metrics_endpoint_from_base(base, protocol),
+        (OtlpSignal::Traces, OtlpProtocol::HttpProtobuf) => {
+            format!("{}{}", base.trim_end_matches('/'), signal.http_path())
+        }
+        (OtlpSignal::Traces, OtlpProtocol::Grpc) => base.to_owned(),
+    }
+}
+
+/// `signal_config_from_lookup` for metrics.
 pub fn otlp_config_from_lookup(
+    base: Option<OtlpConfig>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<OtlpConfig>, OtlpError> {
+    signal_config_from_lookup(OtlpSignal::Metrics, base, lookup)
+}
+
+/// Applies the standard variables, read through `lookup`, over `base` (kiln's config).
+/// Signal-specific variables (`OTEL_EXPORTER_OTLP_METRICS_*`, `…_TRACES_*`) win over the
+/// general ones; empty values count as unset. Export is on when `base` is given or an
+/// endpoint variable is set; otherwise `Ok(None)`. The interval and temporality variables
+/// are read for metrics only.
+pub fn signal_config_from_lookup(
+    signal: OtlpSignal,
     base: Option<OtlpConfig>,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<OtlpConfig>, OtlpError> {
@@ -26,7 +80,7 @@ pub fn otlp_config_from_lookup(
             .map(|v| (var, v))
     };
     let either = |specific, general| get(specific).or_else(|| get(general));
-    let signal_endpoint = get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT");
+    let signal_endpoint = get(signal.var("ENDPOINT"));
     let base_endpoint = get("OTEL_EXPORTER_OTLP_ENDPOINT");
     let mut cfg = match base {
         Some(cfg) => cfg,
@@ -38,7 +92,7 @@ pub fn otlp_config_from_lookup(
         value: value.to_owned(),
         reason: reason.to_owned(),
     };
-    if let Some((var, v)) = either("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") {
+    if let Some((var, v)) = either(signal.var("PROTOCOL"), "OTEL_EXPORTER_OTLP_PROTOCOL") {
         cfg.protocol = v
             .parse()
             .map_err(|_| env_err(var, &v, "expected http/protobuf or grpc"))?;
@@ -46,9 +100,9 @@ pub fn otlp_config_from_lookup(
     if let Some((_, v)) = signal_endpoint {
         cfg.endpoint = v;
     } else if let Some((_, v)) = base_endpoint {
-        cfg.endpoint = metrics_endpoint_from_base(&v, cfg.protocol);
+        cfg.endpoint = signal_endpoint_from_base(&v, cfg.protocol, signal);
     }
-    if let Some((var, v)) = either("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS") {
+    if let Some((var, v)) = either(signal.var("HEADERS"), "OTEL_EXPORTER_OTLP_HEADERS") {
         for (key, value) in parse_headers(var, &v)? {
             cfg.set_header(&key, value);
         }
@@ -57,8 +111,11 @@ pub fn otlp_config_from_lookup(
         Ok(0) | Err(_) => Err(env_err(var, v, "expected a positive number of milliseconds")),
         Ok(ms) => Ok(Duration::from_millis(ms)),
     };
-    if let Some((var, v)) = either("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT") {
+    if let Some((var, v)) = either(signal.var("TIMEOUT"), "OTEL_EXPORTER_OTLP_TIMEOUT") {
         cfg.timeout = millis(var, &v)?;
+    }
+    if signal != OtlpSignal::Metrics {
+        return finish(cfg);
     }
     if let Some((var, v)) = get("OTEL_METRIC_EXPORT_INTERVAL") {
         cfg.interval = millis(var, &v)?;
@@ -68,6 +125,10 @@ pub fn otlp_config_from_lookup(
             .parse()
             .map_err(|_| env_err(var, &v, "expected cumulative, delta or lowmemory"))?;
     }
+    finish(cfg)
+}
+
+fn finish(cfg: OtlpConfig) -> Result<Option<OtlpConfig>, OtlpError> {
     if cfg.endpoint.is_empty() {
         return Err(OtlpError::NoEndpoint);
     }

@@ -13,7 +13,7 @@ use super::{OtlpConfig, OtlpError};
 
 /// reqwest's blocking client starts its own runtime; building it on a thread that is inside
 /// a tokio runtime panics, so it is built on a short-lived thread of its own.
-pub(super) fn blocking_client(cfg: &OtlpConfig) -> Result<reqwest::blocking::Client, OtlpError> {
+pub(crate) fn blocking_client(cfg: &OtlpConfig) -> Result<reqwest::blocking::Client, OtlpError> {
     let timeout = cfg.timeout;
     let err = |reason: String| OtlpError::HttpClient {
         endpoint: cfg.endpoint.clone(),
@@ -28,7 +28,7 @@ pub(super) fn blocking_client(cfg: &OtlpConfig) -> Result<reqwest::blocking::Cli
         .map_err(|e| err(e.to_string()))
 }
 
-pub(super) fn http_headers(headers: &[(String, String)]) -> Result<Vec<(HeaderName, HeaderValue)>, OtlpError> {
+pub(crate) fn http_headers(headers: &[(String, String)]) -> Result<Vec<(HeaderName, HeaderValue)>, OtlpError> {
     let err = |key: &str, reason| OtlpError::Header {
         key: key.to_owned(),
         reason,
@@ -45,7 +45,7 @@ pub(super) fn http_headers(headers: &[(String, String)]) -> Result<Vec<(HeaderNa
 
 type GrpcHeader = (MetadataKey<Ascii>, MetadataValue<Ascii>);
 
-pub(super) fn grpc_headers(headers: &[(String, String)]) -> Result<Vec<GrpcHeader>, OtlpError> {
+pub(crate) fn grpc_headers(headers: &[(String, String)]) -> Result<Vec<GrpcHeader>, OtlpError> {
     let err = |key: &str, reason| OtlpError::Header {
         key: key.to_owned(),
         reason,
@@ -64,9 +64,9 @@ pub(super) fn grpc_headers(headers: &[(String, String)]) -> Result<Vec<GrpcHeade
 /// The exporter re-reads `OTEL_EXPORTER_OTLP_HEADERS` and lets it override headers given
 /// in code; setting kiln's headers last, on each request, makes `--otlp-header` win.
 #[derive(Debug)]
-pub(super) struct HeadersLast {
-    pub(super) client: reqwest::blocking::Client,
-    pub(super) headers: Vec<(HeaderName, HeaderValue)>,
+pub(crate) struct HeadersLast {
+    pub(crate) client: reqwest::blocking::Client,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<Response<Bytes>, HttpError>> + Send + 'a>>;
@@ -87,7 +87,7 @@ impl HttpClient for HeadersLast {
 
 /// The gRPC twin of `HeadersLast`: tonic runs interceptors after the env-derived metadata.
 #[derive(Clone)]
-pub(super) struct GrpcHeaders(pub(super) Arc<[GrpcHeader]>);
+pub(crate) struct GrpcHeaders(pub(crate) Arc<[GrpcHeader]>);
 
 impl tonic::service::Interceptor for GrpcHeaders {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {

@@ -1,0 +1,45 @@
+//! The end of a request: its final event (with the timeline of a traced request) and the
+//! stats the stats actor records, both from the one `intervals()` call.
+
+use std::time::Instant;
+
+use super::Scheduler;
+use crate::engine::events::{TokenEvent, TokenUsage};
+use crate::engine::types::{FinishReason, RequestId};
+use crate::scheduler::request::Request;
+use crate::stats::data::FinishedRequestStats;
+
+impl Scheduler {
+    pub(super) fn finish(
+        mut request: Request,
+        reason: FinishReason,
+        error_type: Option<&'static str>,
+        now: Instant,
+    ) -> (RequestId, TokenEvent, FinishedRequestStats) {
+        request.timestamps.finished = Some(now);
+        let intervals = request.timestamps.intervals(request.output.len());
+        let usage = TokenUsage {
+            prompt_tokens: request.prompt.len(),
+            completion_tokens: request.output.len(),
+            cached_prompt_tokens: request.cached_prompt_tokens.unwrap_or(0),
+        };
+        let stats = FinishedRequestStats {
+            finish_reason: reason,
+            operation: request.operation,
+            error_type,
+            prompt_tokens: usage.prompt_tokens as u64,
+            generation_tokens: usage.completion_tokens as u64,
+            max_tokens: u64::from(request.params.max_tokens),
+            n: u64::from(request.params.n),
+            intervals,
+            trace: request.trace,
+        };
+        let event = TokenEvent::Finished {
+            reason,
+            usage,
+            timings: intervals,
+            timeline: request.take_timeline(),
+        };
+        (request.id, event, stats)
+    }
+}

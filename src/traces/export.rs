@@ -1,0 +1,257 @@
+//! Spans leave the process off the hot path: request handlers `try_send` finished spans into
+//! a bounded queue (full: the span is dropped and counted, never waited for), and one thread
+//! of kiln's own takes whatever is queued, up to a batch, and exports it over OTLP
+//! (http/protobuf or grpc), counting each export by result. A dead or slow collector costs
+//! serving nothing: the thread waits on it, the queue fills, new spans are dropped.
+//!
+//! The thread owns the exporter: for grpc a private current-thread tokio runtime (tonic needs
+//! a reactor) in which every export runs, bounded by the configured timeout; for
+//! http/protobuf reqwest's blocking client, driven by `futures_executor::block_on`. Failures
+//! are logged at most once a minute (like metric push); the counters carry the rest.
+
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
+
+use super::config::TracesConfig;
+use crate::stats::otlp::transport::{GrpcHeaders, HeadersLast, blocking_client, grpc_headers, http_headers};
+use crate::stats::otlp::{OtlpError, OtlpProtocol, check_endpoint};
+use crate::stats::span_exports::SpanExportCounters;
+
+/// At most this many spans per export call.
+const MAX_BATCH: usize = 512;
+/// At most one failure warning per this period.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+enum Message {
+    Span(Box<SpanData>),
+    /// Export what is queued, then stop.
+    Shutdown,
+}
+
+/// The sending side of the span queue, shared by every request handler.
+pub struct SpanQueue {
+    sender: SyncSender<Message>,
+    counters: Arc<SpanExportCounters>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SpanQueue {
+    /// Builds the exporter (a bad endpoint or header stops startup) and starts its thread.
+    pub fn start(
+        cfg: &TracesConfig,
+        resource: Resource,
+        counters: Arc<SpanExportCounters>,
+    ) -> Result<Self, OtlpError> {
+        check_endpoint(&cfg.otlp.endpoint)?;
+        let (sender, receiver) = sync_channel(cfg.queue_size);
+        let (built_tx, built_rx) = sync_channel(1);
+        let otlp = cfg.otlp.clone();
+        let thread_counters = Arc::clone(&counters);
+        let worker = std::thread::Builder::new()
+            .name("kiln-span-export".to_owned())
+            .spawn(move || match Exporter::new(&otlp, resource) {
+                Ok(exporter) => {
+                    let _ = built_tx.send(Ok(()));
+                    exporter.run(&receiver, &thread_counters);
+                }
+                Err(e) => {
+                    let _ = built_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| OtlpError::HttpClient {
+                endpoint: cfg.otlp.endpoint.clone(),
+                reason: format!("starting the span export thread: {e}"),
+            })?;
+        built_rx.recv().unwrap_or_else(|_| {
+            Err(OtlpError::HttpClient {
+                endpoint: cfg.otlp.endpoint.clone(),
+                reason: "the span export thread died while starting".to_owned(),
+            })
+        })?;
+        Ok(Self {
+            sender,
+            counters,
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// Queues finished spans without ever blocking; those that do not fit are counted.
+    pub fn push(&self, spans: Vec<SpanData>) {
+        for span in spans {
+            match self.sender.try_send(Message::Span(Box::new(span))) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => self.counters.spans_dropped(1),
+            }
+        }
+    }
+
+    /// Exports what is queued and stops the thread, waiting at most `timeout`.
+    pub fn shutdown(&self, timeout: Duration) {
+        let Some(worker) = self.worker.lock().ok().and_then(|mut w| w.take()) else {
+            return;
+        };
+        let deadline = Instant::now() + timeout;
+        // The queue may be full behind a slow collector: retry until the deadline.
+        let mut message = Message::Shutdown;
+        loop {
+            match self.sender.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                    message = m;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(_) => return,
+            }
+        }
+        while !worker.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if worker.is_finished() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// The OTLP exporter and what it needs on the export thread.
+struct Exporter {
+    inner: SpanExporter,
+    /// grpc only: tonic's channel lives here; every export is `block_on` on it.
+    runtime: Option<tokio::runtime::Runtime>,
+    endpoint: String,
+    timeout: Duration,
+}
+
+impl Exporter {
+    fn new(cfg: &crate::stats::otlp::OtlpConfig, resource: Resource) -> Result<Self, OtlpError> {
+        let build_err = |source| OtlpError::Build {
+            protocol: cfg.protocol,
+            endpoint: cfg.endpoint.clone(),
+            source,
+        };
+        let (mut inner, runtime) = match cfg.protocol {
+            OtlpProtocol::HttpProtobuf => {
+                let client = HeadersLast {
+                    client: blocking_client(cfg)?,
+                    headers: http_headers(&cfg.headers)?,
+                };
+                let exporter = SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(Protocol::HttpBinary)
+                    .with_endpoint(cfg.endpoint.clone())
+                    .with_timeout(cfg.timeout)
+                    .with_http_client(client)
+                    .build()
+                    .map_err(build_err)?;
+                (exporter, None)
+            }
+            OtlpProtocol::Grpc => {
+                let headers = GrpcHeaders(grpc_headers(&cfg.headers)?.into());
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(OtlpError::Runtime)?;
+                let built = {
+                    let _in_runtime = runtime.enter();
+                    SpanExporter::builder()
+                        .with_tonic()
+                        .with_protocol(Protocol::Grpc)
+                        .with_endpoint(cfg.endpoint.clone())
+                        .with_timeout(cfg.timeout)
+                        .with_interceptor(headers)
+                        .build()
+                };
+                (built.map_err(build_err)?, Some(runtime))
+            }
+        };
+        inner.set_resource(&resource);
+        Ok(Self {
+            inner,
+            runtime,
+            endpoint: cfg.endpoint.clone(),
+            timeout: cfg.timeout,
+        })
+    }
+
+    /// Exports batches until told to stop or every sender is gone.
+    fn run(self, receiver: &Receiver<Message>, counters: &SpanExportCounters) {
+        let mut failures = FailureWarnings::default();
+        let mut stopping = false;
+        while !stopping {
+            let Ok(first) = receiver.recv() else { break };
+            let mut batch = Vec::new();
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                match message {
+                    Message::Span(span) => batch.push(*span),
+                    Message::Shutdown => stopping = true,
+                }
+                if batch.len() < MAX_BATCH && !stopping {
+                    next = receiver.try_recv().ok();
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            match self.export(batch) {
+                Ok(()) => {
+                    counters.export_succeeded();
+                    failures.success(&self.endpoint);
+                }
+                Err(error) => {
+                    counters.export_failed();
+                    failures.failure(&self.endpoint, &error);
+                }
+            }
+        }
+        if let Some(rt) = self.runtime {
+            rt.shutdown_background();
+        }
+    }
+
+    fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        match &self.runtime {
+            Some(rt) => rt.block_on(async {
+                tokio::time::timeout(self.timeout, self.inner.export(batch))
+                    .await
+                    .unwrap_or(Err(OTelSdkError::Timeout(self.timeout)))
+            }),
+            None => futures_executor::block_on(self.inner.export(batch)),
+        }
+    }
+}
+
+/// One warning per `WARN_EVERY` while exports fail, and one line when they work again.
+#[derive(Default)]
+struct FailureWarnings {
+    last_warn: Option<Instant>,
+    suppressed: u64,
+    warned: bool,
+}
+
+impl FailureWarnings {
+    fn failure(&mut self, endpoint: &str, error: &OTelSdkError) {
+        let now = Instant::now();
+        if self.last_warn.is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY) {
+            self.suppressed += 1;
+            return;
+        }
+        let suppressed = std::mem::take(&mut self.suppressed);
+        self.last_warn = Some(now);
+        self.warned = true;
+        tracing::warn!(target: "kiln::otlp", endpoint, %error, suppressed,
+            "OTLP span export failed; spans of that batch are lost, warning at most once a minute");
+    }
+
+    fn success(&mut self, endpoint: &str) {
+        if std::mem::take(&mut self.warned) {
+            tracing::info!(target: "kiln::otlp", endpoint, "OTLP span export works again");
+        }
+    }
+}

@@ -1,0 +1,136 @@
+use std::time::Duration;
+
+use opentelemetry::trace::{TraceId, TraceState};
+
+use super::*;
+use crate::engine::intervals::RequestTimestamps;
+use crate::engine::timeline::{RequestEventKind, RequestEvents};
+
+fn plan(start: Instant) -> SpanPlan {
+    SpanPlan {
+        context: SpanContext::new(
+            TraceId::from_bytes([7; 16]),
+            SpanId::from_bytes([1; 8]),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: SpanId::from_bytes([9; 8]),
+        parent_is_remote: true,
+        start,
+    }
+}
+
+fn end(t0: Instant, completion_tokens: usize) -> EngineRequestEnd {
+    let at = |ms| Some(t0 + Duration::from_millis(ms));
+    let timestamps = RequestTimestamps {
+        arrival: t0,
+        queued: at(1),
+        scheduled: at(3),
+        first_token: at(10),
+        last_token: at(40),
+        finished: at(41),
+    };
+    let mut events = RequestEvents::default();
+    events.record(RequestEventKind::Scheduled, t0 + Duration::from_millis(3));
+    events.record(RequestEventKind::FirstToken, t0 + Duration::from_millis(10));
+    EngineRequestEnd {
+        reason: FinishReason::Length,
+        usage: TokenUsage {
+            prompt_tokens: 5,
+            completion_tokens,
+            cached_prompt_tokens: 0,
+        },
+        timings: timestamps.intervals(completion_tokens),
+        timeline: Some(Box::new(RequestTimeline { timestamps, events })),
+    }
+}
+
+fn request(t0: Instant, engine_requests: Vec<EngineRequestSpan>) -> RequestSpans {
+    RequestSpans {
+        plan: plan(t0),
+        request_id: "req-1".into(),
+        model: "tiny".into(),
+        operation: "chat",
+        params: SpanParams {
+            max_tokens: 4,
+            temperature: 0.5,
+            top_p: 0.9,
+            top_k: Some(3),
+            n: 1,
+        },
+        prompt_tokens: 5,
+        engine_requests,
+        ended: t0 + Duration::from_millis(50),
+    }
+}
+
+fn attr<'a>(span: &'a SpanData, key: &str) -> &'a Value {
+    &span.attributes.iter().find(|kv| kv.key.as_str() == key).unwrap_or_else(|| panic!("{key} missing")).value
+}
+
+#[test]
+fn one_engine_request_is_the_server_span_with_its_latencies_and_events() {
+    let t0 = Instant::now();
+    let clock = WallClock::now();
+    let spans = request(
+        t0,
+        vec![EngineRequestSpan {
+            context: None,
+            engine_request_id: "req-1-0".into(),
+            end: Some(end(t0, 4)),
+        }],
+    )
+    .build(&clock, &InstrumentationScope::builder("kiln").build());
+    assert_eq!(spans.len(), 1);
+    let s = &spans[0];
+    assert_eq!(s.name, SERVER_SPAN_NAME);
+    assert_eq!(s.span_kind, SpanKind::Server);
+    assert_eq!(s.parent_span_id, SpanId::from_bytes([9; 8]));
+    assert_eq!(s.start_time, clock.at(t0));
+    assert_eq!(s.end_time, clock.at(t0 + Duration::from_millis(41)), "ends when the engine finished");
+    assert_eq!(attr(s, "gen_ai.usage.completion_tokens"), &Value::I64(4));
+    assert_eq!(attr(s, "gen_ai.usage.output_tokens"), &Value::I64(4));
+    assert_eq!(attr(s, "gen_ai.request.top_k"), &Value::I64(3));
+    assert_eq!(attr(s, "gen_ai.latency.time_to_first_token"), &Value::F64(0.01));
+    assert_eq!(attr(s, "gen_ai.latency.time_in_queue"), &Value::F64(0.002));
+    let names: Vec<&str> = s.events.iter().map(|e| e.name.as_ref()).collect();
+    assert_eq!(names, ["scheduled", "first_token"]);
+    assert_eq!(s.events[1].timestamp, clock.at(t0 + Duration::from_millis(10)));
+}
+
+#[test]
+fn a_fanned_out_body_gets_a_child_span_per_engine_request() {
+    let t0 = Instant::now();
+    let clock = WallClock::now();
+    let p = plan(t0);
+    let children: Vec<EngineRequestSpan> = (0..2u8)
+        .map(|i| EngineRequestSpan {
+            context: Some(p.child(SpanId::from_bytes([i + 20; 8]))),
+            engine_request_id: format!("req-1-{i}"),
+            end: (i == 0).then(|| end(t0, 3)),
+        })
+        .collect();
+    let spans = request(t0, children).build(&clock, &InstrumentationScope::builder("kiln").build());
+    assert_eq!(spans.len(), 3);
+    let server = &spans[0];
+    assert_eq!(attr(server, "gen_ai.usage.completion_tokens"), &Value::I64(3));
+    assert!(matches!(server.status, Status::Error { .. }), "one engine request failed");
+    for child in &spans[1..] {
+        assert_eq!(child.parent_span_id, server.span_context.span_id());
+        assert_eq!(child.span_context.trace_id(), server.span_context.trace_id());
+        assert_eq!(child.span_kind, SpanKind::Internal);
+    }
+    assert_eq!(attr(&spans[1], "gen_ai.request.id"), &Value::from("req-1-0"));
+    assert_eq!(spans[1].events.len(), 2);
+}
+
+#[test]
+fn the_wall_clock_maps_instants_before_and_after_its_anchor() {
+    let clock = WallClock::now();
+    let later = clock.instant + Duration::from_secs(2);
+    assert_eq!(clock.at(later), clock.system + Duration::from_secs(2));
+    if let Some(earlier) = clock.instant.checked_sub(Duration::from_secs(1)) {
+        assert_eq!(clock.at(earlier), clock.system - Duration::from_secs(1));
+    }
+}
