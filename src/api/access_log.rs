@@ -44,11 +44,9 @@ pub async fn access_log(
 ) -> Result<ServiceResponse<LoggedBody>, Error> {
     let log = Arc::new(RequestLog::from_headers(req.headers()));
     req.extensions_mut().insert(Arc::clone(&log));
-    let probes = req
-        .app_data::<web::Data<AccessLogSettings>>()
-        .is_some_and(|s| s.probes);
-    let enabled = tracing::enabled!(target: "kiln::access", tracing::Level::INFO)
-        && (probes || !PROBES.contains(&req.path()));
+    let probes = req.app_data::<web::Data<AccessLogSettings>>().is_some_and(|s| s.probes);
+    let enabled =
+        tracing::enabled!(target: "kiln::access", tracing::Level::INFO) && (probes || !PROBES.contains(&req.path()));
     let line = enabled.then(|| AccessLine {
         started: Instant::now(),
         method: req.method().to_string(),
@@ -73,9 +71,10 @@ pub async fn access_log(
             return Err(err);
         }
     };
+    // Requests that did not set one (no generation) get a fresh id, logged and echoed.
     let request_id = log
         .request_id()
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        .unwrap_or_else(|| log.request_id_or(&uuid::Uuid::new_v4().simple().to_string()));
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         res.headers_mut().insert(HeaderName::from_static("x-request-id"), value);
     }

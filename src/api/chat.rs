@@ -10,13 +10,13 @@ use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
 use super::json_body::JsonBody;
 use super::limits::PromptSize;
-use super::request_log::RequestLog;
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
     ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
 };
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
+use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;

@@ -11,10 +11,10 @@ use actix_web::HttpResponse;
 
 use super::errors::ApiError;
 use super::fan_out::{FanOut, plan_choices, submit_choices};
+use super::generation::ChoiceRequest;
 use super::generation::{ChoiceDelta, cached_prompt_tokens, collect_all};
 use super::limits::{PromptSize, check_limits};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
-use super::generation::ChoiceRequest;
 use super::prompt::{ParamNames, check_prompt};
 use super::request_log::{RequestLog, RequestRecord};
 use super::sse::{ChunkFormat, PromptUsage, sse_response};
@@ -164,7 +164,13 @@ pub async fn serve<E: Endpoint>(
         Some((Arc::clone(tracer), spans))
     });
     let record = RequestRecord::new(log, traced, state.model.name.clone(), prompt_tokens, choices.len());
-    let choices = submit_choices(&state.scheduler, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
+    let choices = submit_choices(
+        &state.scheduler,
+        &state.model.tokenizer,
+        choices,
+        Some(Arc::new(record)),
+    )
+    .await?;
     match delivery {
         Delivery::Stream { include_usage } => Ok(sse_response(
             choices,

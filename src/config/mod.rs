@@ -353,6 +353,8 @@ impl Config {
                 .map_err(|e| invalid("telemetry.metrics_listen", format!("`{}`: {e}", t.metrics_listen)))?;
         }
         self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
+        // The file's and flags' traces values alone (the OTEL_* variables are read at start).
+        self.traces(|_| None)?;
         self.security.validate()?;
         self.kv_events.validate()?;
         Ok(())

@@ -6,7 +6,7 @@ pub mod intervals;
 pub mod messages;
 pub mod sampling_params;
 pub mod step;
-pub mod timeline;
 pub mod structured_output;
+pub mod timeline;
 pub mod trace_context;
 pub mod types;

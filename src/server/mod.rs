@@ -20,6 +20,7 @@ use actix::{Actor, Addr};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context as _;
 
+use crate::api::access_log::AccessLogSettings;
 use crate::api::{self, AppState, ServedModel};
 use crate::config::Config;
 use crate::engine::health::EngineHealth;
@@ -33,11 +34,10 @@ use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
-use crate::stats::span_exports::{SpanExportCounters, register_span_export_counters};
-use crate::traces::Tracer;
-use crate::api::access_log::AccessLogSettings;
 use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
+use crate::stats::span_exports::{SpanExportCounters, register_span_export_counters};
+use crate::traces::Tracer;
 use access::Access;
 use listeners::{bind_public, listen, scheme, send_buffer_setter, start_metrics_listener};
 pub use prepare::{CacheSizing, prepare_engine, prepare_model, resolve_model_path};
@@ -161,20 +161,20 @@ pub async fn start_on<E: Executor>(
         None => Vec::new(),
     };
     let telemetry_config = TelemetryConfig {
-            enabled: config.telemetry.enabled,
-            engine_prefix: config.telemetry.engine_prefix.clone(),
-            model_name: prepared.served.name.clone(),
-            service_name: "kiln".into(),
-            service_instance_id: uuid::Uuid::new_v4().to_string(),
-            buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
-            cache_info: CacheConfigInfo {
-                block_size: prepared.scheduler.block_size as u64,
-                num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
-                num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
-                enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
-            },
-            kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
-            mfu_metrics: prepared.scheduler.step_cost.is_some(),
+        enabled: config.telemetry.enabled,
+        engine_prefix: config.telemetry.engine_prefix.clone(),
+        model_name: prepared.served.name.clone(),
+        service_name: "kiln".into(),
+        service_instance_id: uuid::Uuid::new_v4().to_string(),
+        buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
+        cache_info: CacheConfigInfo {
+            block_size: prepared.scheduler.block_size as u64,
+            num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
+            num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
+            enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
+        },
+        kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
+        mfu_metrics: prepared.scheduler.step_cost.is_some(),
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;

@@ -69,7 +69,9 @@ use serde::{Deserialize, Serialize};
 mod env;
 pub(crate) mod transport;
 
-pub use env::{OtlpSignal, otlp_config_from_env, otlp_config_from_lookup, signal_config_from_lookup, signal_endpoint_from_base};
+pub use env::{
+    OtlpSignal, otlp_config_from_env, otlp_config_from_lookup, signal_config_from_lookup, signal_endpoint_from_base,
+};
 use transport::{GrpcHeaders, HeadersLast, blocking_client, grpc_headers, http_headers};
 
 /// `OTEL_METRIC_EXPORT_INTERVAL`'s default.

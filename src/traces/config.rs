@@ -166,8 +166,16 @@ mod tests {
             ("traceidratio", None, SamplerSpec::TraceIdRatio(1.0)),
             ("parentbased_always_on", None, SamplerSpec::ParentBasedAlwaysOn),
             ("parentbased_always_off", None, SamplerSpec::ParentBasedAlwaysOff),
-            ("parentbased_traceidratio", Some("0"), SamplerSpec::ParentBasedTraceIdRatio(0.0)),
-            ("ParentBased_TraceIdRatio", Some("1"), SamplerSpec::ParentBasedTraceIdRatio(1.0)),
+            (
+                "parentbased_traceidratio",
+                Some("0"),
+                SamplerSpec::ParentBasedTraceIdRatio(0.0),
+            ),
+            (
+                "ParentBased_TraceIdRatio",
+                Some("1"),
+                SamplerSpec::ParentBasedTraceIdRatio(1.0),
+            ),
         ];
         for (name, arg, want) in cases {
             let mut vars = vec![("OTEL_TRACES_SAMPLER", name)];
@@ -179,24 +187,42 @@ mod tests {
     #[test]
     fn bad_samplers_and_ratios_are_named_in_the_error() {
         let err = sampler_from_lookup(env(&[("OTEL_TRACES_SAMPLER", "jaeger_remote")])).unwrap_err();
-        assert!(err.to_string().contains("OTEL_TRACES_SAMPLER=\"jaeger_remote\""), "{err}");
+        assert!(
+            err.to_string().contains("OTEL_TRACES_SAMPLER=\"jaeger_remote\""),
+            "{err}"
+        );
         for bad in ["1.5", "-0.1", "half", "NaN"] {
-            let vars = [("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", bad)];
+            let vars = [
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", bad),
+            ];
             let err = sampler_from_lookup(env(&vars)).unwrap_err();
-            assert!(err.to_string().contains(&format!("OTEL_TRACES_SAMPLER_ARG=\"{bad}\"")), "{err}");
+            assert!(
+                err.to_string().contains(&format!("OTEL_TRACES_SAMPLER_ARG=\"{bad}\"")),
+                "{err}"
+            );
         }
     }
 
     #[test]
     fn no_endpoint_anywhere_means_no_tracing() {
-        let vars = [("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:4318/v1/metrics")];
-        assert!(traces_config_from_lookup(&TracesSettings::default(), env(&vars)).unwrap().is_none());
+        let vars = [(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "http://127.0.0.1:4318/v1/metrics",
+        )];
+        assert!(
+            traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
     fn the_general_endpoint_gets_the_traces_path_for_http_only() {
         let vars = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars)).unwrap().unwrap();
+        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+            .unwrap()
+            .unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://collector:4318/v1/traces");
         assert_eq!(cfg.otlp.protocol, OtlpProtocol::HttpProtobuf);
         let vars = [
@@ -205,7 +231,9 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=kiln"),
             ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
         ];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars)).unwrap().unwrap();
+        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+            .unwrap()
+            .unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://collector:4317");
         assert_eq!(cfg.otlp.protocol, OtlpProtocol::Grpc);
         assert_eq!(cfg.otlp.headers, vec![("x-team".to_owned(), "kiln".to_owned())]);
@@ -218,7 +246,9 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://a:4318/custom"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://b:4318"),
         ];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars)).unwrap().unwrap();
+        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+            .unwrap()
+            .unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://a:4318/custom");
         let flags = TracesSettings {
             endpoint: Some("http://flag:4318/v1/traces".into()),

@@ -44,11 +44,7 @@ pub struct SpanQueue {
 
 impl SpanQueue {
     /// Builds the exporter (a bad endpoint or header stops startup) and starts its thread.
-    pub fn start(
-        cfg: &TracesConfig,
-        resource: Resource,
-        counters: Arc<SpanExportCounters>,
-    ) -> Result<Self, OtlpError> {
+    pub fn start(cfg: &TracesConfig, resource: Resource, counters: Arc<SpanExportCounters>) -> Result<Self, OtlpError> {
         check_endpoint(&cfg.otlp.endpoint)?;
         let (sender, receiver) = sync_channel(cfg.queue_size);
         let (built_tx, built_rx) = sync_channel(1);
@@ -238,7 +234,10 @@ struct FailureWarnings {
 impl FailureWarnings {
     fn failure(&mut self, endpoint: &str, error: &OTelSdkError) {
         let now = Instant::now();
-        if self.last_warn.is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY) {
+        if self
+            .last_warn
+            .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
+        {
             self.suppressed += 1;
             return;
         }

@@ -119,7 +119,12 @@ pub struct RequestSpans {
 impl RequestSpans {
     /// The SERVER span, then one child per engine request when the body fans out.
     pub fn build(self, clock: &WallClock, scope: &InstrumentationScope) -> Vec<SpanData> {
-        let completion_tokens: usize = self.engine_requests.iter().filter_map(|r| r.end.as_ref()).map(|e| e.usage.completion_tokens).sum();
+        let completion_tokens: usize = self
+            .engine_requests
+            .iter()
+            .filter_map(|r| r.end.as_ref())
+            .map(|e| e.usage.completion_tokens)
+            .sum();
         let reasons: Vec<StringValue> = self
             .engine_requests
             .iter()
@@ -176,8 +181,18 @@ impl RequestSpans {
         let server_span_id = server.span_context.span_id();
         let mut spans = vec![server];
         for mut request in self.engine_requests {
-            let Some(context) = request.context.take() else { continue };
-            spans.push(child_span(context, server_span_id, request, self.plan.start, self.ended, clock, scope));
+            let Some(context) = request.context.take() else {
+                continue;
+            };
+            spans.push(child_span(
+                context,
+                server_span_id,
+                request,
+                self.plan.start,
+                self.ended,
+                clock,
+                scope,
+            ));
         }
         spans
     }

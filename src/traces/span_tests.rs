@@ -66,7 +66,12 @@ fn request(t0: Instant, engine_requests: Vec<EngineRequestSpan>) -> RequestSpans
 }
 
 fn attr<'a>(span: &'a SpanData, key: &str) -> &'a Value {
-    &span.attributes.iter().find(|kv| kv.key.as_str() == key).unwrap_or_else(|| panic!("{key} missing")).value
+    &span
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .unwrap_or_else(|| panic!("{key} missing"))
+        .value
 }
 
 #[test]
@@ -88,7 +93,11 @@ fn one_engine_request_is_the_server_span_with_its_latencies_and_events() {
     assert_eq!(s.span_kind, SpanKind::Server);
     assert_eq!(s.parent_span_id, SpanId::from_bytes([9; 8]));
     assert_eq!(s.start_time, clock.at(t0));
-    assert_eq!(s.end_time, clock.at(t0 + Duration::from_millis(41)), "ends when the engine finished");
+    assert_eq!(
+        s.end_time,
+        clock.at(t0 + Duration::from_millis(41)),
+        "ends when the engine finished"
+    );
     assert_eq!(attr(s, "gen_ai.usage.completion_tokens"), &Value::I64(4));
     assert_eq!(attr(s, "gen_ai.usage.output_tokens"), &Value::I64(4));
     assert_eq!(attr(s, "gen_ai.request.top_k"), &Value::I64(3));
@@ -115,7 +124,10 @@ fn a_fanned_out_body_gets_a_child_span_per_engine_request() {
     assert_eq!(spans.len(), 3);
     let server = &spans[0];
     assert_eq!(attr(server, "gen_ai.usage.completion_tokens"), &Value::I64(3));
-    assert!(matches!(server.status, Status::Error { .. }), "one engine request failed");
+    assert!(
+        matches!(server.status, Status::Error { .. }),
+        "one engine request failed"
+    );
     for child in &spans[1..] {
         assert_eq!(child.parent_span_id, server.span_context.span_id());
         assert_eq!(child.span_context.trace_id(), server.span_context.trace_id());

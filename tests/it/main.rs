@@ -4,6 +4,7 @@
 //! `tests/otlp_logs.rs`.
 
 mod access_control;
+mod access_logs;
 mod alert_rules;
 mod api_tiny;
 mod benchmarks;

@@ -1,0 +1,125 @@
+//! The access log of the real `kiln` binary: one line per finished request that joins logs,
+//! traces and metrics on ids, in text or JSON; probes are left out unless asked.
+
+use serde_json::{Value, json};
+
+use crate::common::process::{KilnProcess, Launch};
+
+const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+
+fn traced_chat(kiln: &KilnProcess) -> Value {
+    let resp = kiln
+        .client
+        .post(kiln.url("/v1/chat/completions"))
+        .header("traceparent", format!("00-{TRACE_ID}-b7ad6b7169203331-01"))
+        .header("x-request-id", "access-42")
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}))
+        .send()
+        .expect("request");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "access-42");
+    resp.json().expect("json")
+}
+
+fn probe(kiln: &KilnProcess) {
+    for path in ["/health", "/metrics"] {
+        let resp = kiln.client.get(kiln.url(path)).send().expect("probe");
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+        resp.text().expect("the whole body");
+    }
+}
+
+/// The access lines logged so far (JSON format).
+fn json_access_lines(kiln: &KilnProcess) -> Vec<Value> {
+    kiln.logs()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .filter(|v| v["target"] == "kiln::access")
+        .collect()
+}
+
+#[test]
+fn json_access_lines_join_on_request_and_trace_ids_and_leave_probes_out() {
+    let kiln = Launch::default().arg("--log-format", "json").start();
+    let response = traced_chat(&kiln);
+    probe(&kiln);
+    // The line is written when the response is done; a later request's line follows it.
+    let _ = kiln.client.get(kiln.url("/v1/models")).send().expect("models");
+    let mut lines = json_access_lines(&kiln);
+    for _ in 0..100 {
+        if lines.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        lines = json_access_lines(&kiln);
+    }
+    let chat: Vec<&Value> = lines.iter().filter(|l| l["route"] == "/v1/chat/completions").collect();
+    assert_eq!(chat.len(), 1, "one line per request: {lines:?}");
+    let line = chat[0];
+    assert_eq!(line["request_id"], "access-42");
+    assert_eq!(line["trace_id"], TRACE_ID);
+    assert_eq!(line["method"], "POST");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["model"], response["model"]);
+    assert_eq!(line["prompt_tokens"], response["usage"]["prompt_tokens"]);
+    assert_eq!(line["completion_tokens"], response["usage"]["completion_tokens"]);
+    assert_eq!(line["finish_reason"], response["choices"][0]["finish_reason"]);
+    let (queue, ttft, e2e) = (
+        line["queue_s"].as_f64(),
+        line["ttft_s"].as_f64(),
+        line["e2e_s"].as_f64(),
+    );
+    let (queue, ttft, e2e) = (queue.expect("queue_s"), ttft.expect("ttft_s"), e2e.expect("e2e_s"));
+    assert!(0.0 <= queue && queue <= ttft && ttft <= e2e, "{line}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["route"] != "/health" && l["route"] != "/metrics"),
+        "no probe lines by default: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["route"] == "/v1/models" && l["request_id"].is_string())
+    );
+}
+
+#[test]
+fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
+    let mut launch = Launch::default();
+    launch.args.push("--access-log-probes".into());
+    let kiln = launch.start();
+    traced_chat(&kiln);
+    probe(&kiln);
+    let _ = kiln.client.get(kiln.url("/v1/models")).send().expect("models");
+    let mut logs = kiln.logs();
+    for _ in 0..100 {
+        if logs.contains("route=\"/v1/models\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        logs = kiln.logs();
+    }
+    let access: Vec<&str> = logs.lines().filter(|l| l.contains("kiln::access")).collect();
+    let chat: Vec<&&str> = access
+        .iter()
+        .filter(|l| l.contains("route=\"/v1/chat/completions\""))
+        .collect();
+    assert_eq!(chat.len(), 1, "{access:?}");
+    for field in [
+        "request_id=\"access-42\"",
+        &format!("trace_id=\"{TRACE_ID}\""),
+        "status=200",
+        "finish_reason=",
+        "ttft_s=",
+        "e2e_s=",
+    ] {
+        assert!(chat[0].contains(field), "{field} missing: {}", chat[0]);
+    }
+    for probe in ["/health", "/metrics"] {
+        assert!(
+            access.iter().any(|l| l.contains(&format!("route=\"{probe}\""))),
+            "{probe} logged when asked: {access:?}"
+        );
+    }
+}
