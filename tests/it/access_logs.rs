@@ -90,6 +90,16 @@ fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
     launch.args.push("--access-log-probes".into());
     let kiln = launch.start();
     traced_chat(&kiln);
+    // A stream's line comes when its last chunk is sent, with the engine's figures.
+    let streamed = kiln
+        .client
+        .post(kiln.url("/v1/completions"))
+        .header("x-request-id", "stream-7")
+        .json(&json!({"prompt": "hi", "max_tokens": 3, "stream": true}))
+        .send()
+        .expect("stream");
+    assert_eq!(streamed.headers()["x-request-id"], "stream-7");
+    assert!(streamed.text().expect("whole stream").contains("[DONE]"));
     probe(&kiln);
     let _ = kiln.client.get(kiln.url("/v1/models")).send().expect("models");
     let mut logs = kiln.logs();
@@ -121,5 +131,18 @@ fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
             access.iter().any(|l| l.contains(&format!("route=\"{probe}\""))),
             "{probe} logged when asked: {access:?}"
         );
+    }
+    let stream: Vec<&&str> = access
+        .iter()
+        .filter(|l| l.contains("request_id=\"stream-7\""))
+        .collect();
+    assert_eq!(stream.len(), 1, "{access:?}");
+    for field in [
+        "route=\"/v1/completions\"",
+        "completion_tokens=",
+        "finish_reason=",
+        "e2e_s=",
+    ] {
+        assert!(stream[0].contains(field), "{field} missing: {}", stream[0]);
     }
 }
