@@ -17,6 +17,7 @@ use super::openai_types::{
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
 use super::sse::{ChunkFormat, sse_data};
+use super::structured_output::ConstraintFields;
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -48,6 +49,10 @@ impl Endpoint for Chat {
     }
 
     /// `max_completion_tokens` wins when both are sent, as in validation.
+    fn constraint_fields(request: &ChatCompletionRequest) -> ConstraintFields<'_> {
+        request.constraint_fields()
+    }
+
     fn max_tokens_param(request: &ChatCompletionRequest) -> &'static str {
         if request.max_completion_tokens.is_some() {
             "max_completion_tokens"

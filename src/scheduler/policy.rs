@@ -395,6 +395,7 @@ impl Scheduler {
                 iteration.step_cost += model.sequence(seq.token_ids.len(), seq.start_position, seq.sample);
             }
         }
+        iteration.grammar_mask_seconds.extend(&output.grammar_mask_seconds);
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
             let Some(index) = self.running.iter().position(|r| r.id == seq.id) else {
@@ -500,6 +501,7 @@ impl Scheduler {
             max_tokens: u64::from(request.params.max_tokens),
             n: u64::from(request.params.n),
             intervals,
+            constraint_kind: request.params.structured.as_ref().map(|s| s.kind()),
             trace: request.trace,
         };
         let event = TokenEvent::Finished {

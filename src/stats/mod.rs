@@ -13,4 +13,5 @@ pub mod instruments;
 pub mod otlp;
 pub mod prompt_source;
 pub mod step_cost;
+pub mod structured;
 pub mod throughput_log;
