@@ -43,7 +43,10 @@ fn random_schema(rng: &mut StdRng, depth: u32) -> Value {
     match rng.random_range(0..kinds) {
         0 => json!({"type": "string", "maxLength": rng.random_range(1..8)}),
         1 => json!({"type": "integer", "minimum": -50, "maximum": rng.random_range(0..2000)}),
-        2 => json!({"enum": ["red", "green", "blue", 7, null][..rng.random_range(1..6)]}),
+        2 => {
+            let values = [json!("red"), json!("green"), json!("blue"), json!(7), Value::Null];
+            json!({"enum": values[..rng.random_range(1..6)]})
+        }
         3 => json!({"type": "boolean"}),
         4 => json!({"type": "string", "pattern": "^[a-z]{2,5}(-[0-9])?$"}),
         5 => random_object(rng, depth + 1),
