@@ -48,11 +48,11 @@ impl Endpoint for Chat {
         request.sampling_params()
     }
 
-    /// `max_completion_tokens` wins when both are sent, as in validation.
     fn constraint_fields(request: &ChatCompletionRequest) -> ConstraintFields<'_> {
         request.constraint_fields()
     }
 
+    /// `max_completion_tokens` wins when both are sent, as in validation.
     fn max_tokens_param(request: &ChatCompletionRequest) -> &'static str {
         if request.max_completion_tokens.is_some() {
             "max_completion_tokens"

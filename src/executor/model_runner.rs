@@ -82,30 +82,32 @@ impl Executor for ModelRunner {
         let mut rows = logits.chunks_mut(vocab);
         let mut grammar_mask_seconds = Vec::new();
         self.grammars.begin_step();
-        let mut sampled = Vec::with_capacity(batch.sequences.len());
-        for s in &batch.sequences {
-            if !s.sample {
-                sampled.push(None);
-                continue;
-            }
-            let row = rows.next().expect("one row per sampled sequence");
-            if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
-                padding.fill(f32::NEG_INFINITY);
-            }
-            if let Some(mask) = self.grammars.mask(s) {
-                apply_token_mask(row, mask.allowed.as_slice());
-                grammar_mask_seconds.push(mask.seconds);
-            }
-            let ctx = SamplingContext {
-                params: &s.params,
-                output_token_ids: &s.output_token_ids,
-                prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
-            };
-            let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
-            let token = sample(row, &ctx, &mut rng);
-            self.grammars.advance(s, token.token);
-            sampled.push(Some(token));
-        }
+        let sampled = batch
+            .sequences
+            .iter()
+            .map(|s| {
+                if !s.sample {
+                    return None;
+                }
+                let row = rows.next().expect("one row per sampled sequence");
+                if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
+                    padding.fill(f32::NEG_INFINITY);
+                }
+                if let Some(mask) = self.grammars.mask(s) {
+                    apply_token_mask(row, mask.allowed.as_slice());
+                    grammar_mask_seconds.push(mask.seconds);
+                }
+                let ctx = SamplingContext {
+                    params: &s.params,
+                    output_token_ids: &s.output_token_ids,
+                    prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
+                };
+                let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
+                let token = sample(row, &ctx, &mut rng);
+                self.grammars.advance(s, token.token);
+                Some(token)
+            })
+            .collect();
         self.grammars.end_step();
         Ok(ModelOutput {
             sampled,

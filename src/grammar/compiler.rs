@@ -123,6 +123,15 @@ impl GrammarCompiler {
         self.compile_uncached(key, output)
     }
 
+    /// Takes every compile slot (tests: a compile then waits until its timeout).
+    #[cfg(test)]
+    pub(crate) fn occupy_every_slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        let slots = self.limits.max_concurrent_compiles.max(1) as u32;
+        Arc::clone(&self.permits)
+            .try_acquire_many_owned(slots)
+            .expect("an idle compiler")
+    }
+
     fn compile_uncached(&self, key: [u8; 32], output: &StructuredOutput) -> Result<CompileOutcome, GrammarError> {
         let start = Instant::now();
         let grammar = top_level_grammar(output)?;

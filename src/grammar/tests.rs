@@ -44,7 +44,10 @@ fn json_schema_outputs_parse_and_follow_the_schema() {
         assert!(object["age"].as_u64().is_some_and(|a| a <= 120), "{text}");
         let tags = object["tags"].as_array().expect("tags");
         assert!(tags.len() <= 3 && tags.iter().all(|t| t == "a" || t == "b"), "{text}");
-        assert!(text.starts_with("{\"") && !text.contains('\n'), "JSON is compact: {text}");
+        assert!(
+            text.starts_with("{\"") && !text.contains('\n'),
+            "JSON is compact: {text}"
+        );
     }
 }
 
@@ -138,15 +141,17 @@ fn repeats_come_from_the_cache_and_the_cache_is_bounded() {
 }
 
 #[actix::test]
-async fn compiling_off_the_worker_thread_and_timing_out() {
+async fn compiling_waits_for_a_slot_and_gives_up_at_the_timeout() {
     let compiler = std::sync::Arc::new(tiny_compiler(GrammarLimits {
-        compile_timeout: Duration::from_nanos(1),
+        compile_timeout: Duration::from_millis(50),
         ..GrammarLimits::default()
     }));
-    let slow = StructuredOutput::JsonSchema(r#"{"type": "string", "pattern": "^[a-z]{3,9}@[a-z]{2,8}\\.com$"}"#.into());
-    let error = compiler.compile(&slow).await.map(|_| ()).unwrap_err();
-    assert_eq!(error.reason(), "timeout");
-    let compiler = std::sync::Arc::new(tiny_compiler(GrammarLimits::default()));
-    let outcome = compiler.compile(&slow).await.expect("compiles");
+    let schema =
+        StructuredOutput::JsonSchema(r#"{"type": "string", "pattern": "^[a-z]{3,9}@[a-z]{2,8}\\.com$"}"#.into());
+    let busy = compiler.occupy_every_slot();
+    let error = compiler.compile(&schema).await.map(|_| ()).unwrap_err();
+    assert_eq!(error.reason(), "timeout", "{error}");
+    drop(busy);
+    let outcome = compiler.compile(&schema).await.expect("compiles once a slot is free");
     assert!(outcome.compile_seconds.is_some());
 }

@@ -162,10 +162,10 @@ pub struct CompletionRequest {
     #[schema(maximum = 0)]
     pub min_tokens: Option<u32>,
     /// Constrains the output: `json_object`, or `json_schema` with a schema.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
     pub response_format: Option<ResponseFormatParam>,
     /// vLLM's output constraints (one of `json`, `regex`, `choice`, `grammar`, `json_object`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
     pub structured_outputs: Option<StructuredOutputsParam>,
     /// vLLM's older form of `structured_outputs.json` (an object or its JSON text).
     #[serde(default)]
@@ -363,10 +363,10 @@ pub struct ChatCompletionRequest {
     #[schema(maximum = 0)]
     pub min_tokens: Option<u32>,
     /// Constrains the output: `json_object`, or `json_schema` with a schema.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
     pub response_format: Option<ResponseFormatParam>,
     /// vLLM's output constraints (one of `json`, `regex`, `choice`, `grammar`, `json_object`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
     pub structured_outputs: Option<StructuredOutputsParam>,
     /// vLLM's older form of `structured_outputs.json` (an object or its JSON text).
     #[serde(default)]

@@ -2,8 +2,29 @@
 //! `structured_outputs` object and older `guided_*` fields. `api::structured_output` turns
 //! them into one `StructuredOutput`.
 
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeOwned, Error};
+use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
+
+/// A struct-typed field read from a JSON object only: serde's derive would also take one
+/// from an array of its fields' values, which the document does not allow.
+pub(super) fn object<'de, D: Deserializer<'de>, T: DeserializeOwned>(deserializer: D) -> Result<T, D::Error> {
+    match serde_json::Value::deserialize(deserializer)? {
+        value @ serde_json::Value::Object(_) => serde_json::from_value(value).map_err(D::Error::custom),
+        other => Err(D::Error::custom(format!("expected an object, got {other}"))),
+    }
+}
+
+/// [`object`] for an optional field (`null` is `None`).
+pub(super) fn optional_object<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::Null => Ok(None),
+        value @ serde_json::Value::Object(_) => serde_json::from_value(value).map(Some).map_err(D::Error::custom),
+        other => Err(D::Error::custom(format!("expected an object, got {other}"))),
+    }
+}
 
 /// `response_format`: free text, any JSON object, or JSON following a schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -11,7 +32,10 @@ use utoipa::ToSchema;
 pub enum ResponseFormatParam {
     Text,
     JsonObject,
-    JsonSchema { json_schema: JsonSchemaParam },
+    JsonSchema {
+        #[serde(deserialize_with = "object")]
+        json_schema: JsonSchemaParam,
+    },
 }
 
 /// `response_format.json_schema`.
