@@ -7,6 +7,7 @@ pub mod api;
 pub mod config;
 pub mod engine;
 pub mod executor;
+pub mod grammar;
 pub mod kernels;
 pub mod kv_cache;
 pub mod kv_events;

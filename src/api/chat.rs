@@ -18,6 +18,7 @@ use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
 use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
+use super::structured_output::ConstraintFields;
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -47,6 +48,10 @@ impl Endpoint for Chat {
 
     fn sampling_params(request: &ChatCompletionRequest) -> Result<SamplingParams, ApiError> {
         request.sampling_params()
+    }
+
+    fn constraint_fields(request: &ChatCompletionRequest) -> ConstraintFields<'_> {
+        request.constraint_fields()
     }
 
     /// `max_completion_tokens` wins when both are sent, as in validation.

@@ -18,6 +18,7 @@ use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
 use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
+use super::structured_output::ConstraintFields;
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -46,6 +47,10 @@ impl Endpoint for Completions {
 
     fn sampling_params(request: &CompletionRequest) -> Result<SamplingParams, ApiError> {
         request.sampling_params()
+    }
+
+    fn constraint_fields(request: &CompletionRequest) -> ConstraintFields<'_> {
+        request.constraint_fields()
     }
 
     fn max_tokens_param(_request: &CompletionRequest) -> &'static str {

@@ -79,6 +79,7 @@ mod tests {
             max_stop_bytes: 10,
             max_stop_token_ids: 2,
             max_prompt_bytes: 100,
+            ..LimitsConfig::default()
         }
     }
 

@@ -23,6 +23,7 @@ pub mod service_types;
 pub mod sse;
 pub mod stall_watch;
 pub mod stop_strings;
+pub mod structured_output;
 pub mod validation;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use errors::ApiError;
 pub use routes::routes;
 
 use crate::config::LimitsConfig;
+use crate::grammar::GrammarCompiler;
 use crate::model::chat_template::ChatTemplate;
 use crate::scheduler::actor::SchedulerActor;
 use crate::stats::actor::StatsActor;
@@ -51,6 +53,9 @@ pub struct ServedModel {
     pub token_id_bound: usize,
     /// Unix seconds, for `/v1/models`.
     pub created: u64,
+    /// Compiles output constraints over this model's vocabulary; `None` when the vocabulary
+    /// cannot be mapped to bytes (constrained requests then get 400).
+    pub grammars: Option<Arc<GrammarCompiler>>,
 }
 
 /// Shared, read-only state of every handler.

@@ -18,6 +18,7 @@ use super::openai_types::{RequestMetrics, StreamOptions, Usage};
 use super::prompt::{ParamNames, check_prompt};
 use super::request_log::{RequestLog, RequestRecord};
 use super::sse::{ChunkFormat, PromptUsage, sse_response};
+use super::structured_output::{ConstraintFields, apply_constraint_fields, compile_constraint};
 use super::{AppState, ServedModel, unix_now};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -98,6 +99,8 @@ pub trait Endpoint {
     fn requested_model(request: &Self::Request) -> Option<&str>;
     /// Validates every parameter and resolves defaults.
     fn sampling_params(request: &Self::Request) -> Result<SamplingParams, ApiError>;
+    /// The fields that constrain the output (`response_format`, `structured_outputs`, ...).
+    fn constraint_fields(request: &Self::Request) -> ConstraintFields<'_>;
     /// The field that carries `max_tokens` as this request spelled it.
     fn max_tokens_param(request: &Self::Request) -> &'static str;
     /// How many prompts, how much text: measured before tokenisation, for the limits.
@@ -116,8 +119,10 @@ pub async fn serve<E: Endpoint>(
 ) -> Result<HttpResponse, ApiError> {
     let arrival = Instant::now();
     state.check_model(E::requested_model(&request))?;
-    let params = E::sampling_params(&request)?;
+    let mut params = E::sampling_params(&request)?;
+    let constraint_param = apply_constraint_fields(&mut params, E::constraint_fields(&request))?;
     check_limits(&state.limits, E::prompt_size(&request), &params, E::PROMPT_PARAM)?;
+    let params = compile_constraint(params, constraint_param, state.model.grammars.as_ref(), &state.stats).await?;
     let names = ParamNames {
         prompt: E::PROMPT_PARAM,
         max_tokens: E::max_tokens_param(&request),

@@ -170,6 +170,7 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         n,
         // Set by the structured-output parsing of the endpoint (response_format, tools).
         structured: None,
+        grammar: None,
     })
 }
 

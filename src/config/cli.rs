@@ -112,6 +112,15 @@ pub struct ServeArgs {
     /// Most bytes of prompt text (all prompts, or all chat message contents) in one request.
     #[arg(long, env = "KILN_MAX_PROMPT_BYTES")]
     pub max_prompt_bytes: Option<usize>,
+    /// Most bytes of a request's output constraint (JSON schema, regex, grammar, choices).
+    #[arg(long, env = "KILN_MAX_STRUCTURED_OUTPUT_BYTES")]
+    pub max_structured_output_bytes: Option<usize>,
+    /// Seconds a constraint may take to compile before the request gets 400.
+    #[arg(long, env = "KILN_GRAMMAR_COMPILE_TIMEOUT")]
+    pub grammar_compile_timeout: Option<f64>,
+    /// Compiled grammars kept for reuse.
+    #[arg(long, env = "KILN_GRAMMAR_CACHE_SIZE")]
+    pub grammar_cache_size: Option<usize>,
     /// Turn telemetry off (to measure its cost).
     #[arg(long, env = "KILN_DISABLE_TELEMETRY")]
     pub disable_telemetry: bool,
@@ -225,6 +234,12 @@ impl ServeArgs {
         set(&mut c.limits.max_stop_bytes, &self.max_stop_bytes);
         set(&mut c.limits.max_stop_token_ids, &self.max_stop_token_ids);
         set(&mut c.limits.max_prompt_bytes, &self.max_prompt_bytes);
+        set(
+            &mut c.limits.max_structured_output_bytes,
+            &self.max_structured_output_bytes,
+        );
+        set(&mut c.limits.grammar_compile_timeout_s, &self.grammar_compile_timeout);
+        set(&mut c.limits.grammar_cache_size, &self.grammar_cache_size);
         set(&mut c.engine.block_size, &self.block_size);
         set(&mut c.engine.kv_cache_memory, &self.kv_cache_memory);
         set(&mut c.engine.num_gpu_blocks_override, &self.num_gpu_blocks_override);

@@ -117,6 +117,12 @@ pub struct LimitsConfig {
     /// Most bytes of prompt text: all prompts of a completions body, or all message contents
     /// of a chat body.
     pub max_prompt_bytes: usize,
+    /// Most bytes of a request's output constraint (JSON schema, regex, grammar, choices).
+    pub max_structured_output_bytes: usize,
+    /// Longest a constraint may take to compile before the request is refused.
+    pub grammar_compile_timeout_s: f64,
+    /// Compiled grammars kept for reuse.
+    pub grammar_cache_size: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -199,6 +205,9 @@ impl Default for LimitsConfig {
             max_stop_bytes: 1024,
             max_stop_token_ids: 64,
             max_prompt_bytes: 1 << 20,
+            max_structured_output_bytes: 64 << 10,
+            grammar_compile_timeout_s: 5.0,
+            grammar_cache_size: 256,
         }
     }
 }
@@ -320,10 +329,18 @@ impl Config {
             ("limits.max_stop_bytes", l.max_stop_bytes),
             ("limits.max_stop_token_ids", l.max_stop_token_ids),
             ("limits.max_prompt_bytes", l.max_prompt_bytes),
+            ("limits.max_structured_output_bytes", l.max_structured_output_bytes),
+            ("limits.grammar_cache_size", l.grammar_cache_size),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        if !(l.grammar_compile_timeout_s > 0.0 && l.grammar_compile_timeout_s.is_finite()) {
+            return Err(invalid(
+                "limits.grammar_compile_timeout_s",
+                "must be a positive number of seconds",
+            ));
         }
         let t = &self.telemetry;
         if !(t.log_interval_s > 0.0 && t.log_interval_s.is_finite()) {

@@ -4,7 +4,7 @@
 //! fields: the API layer (`api::validation`) resolves defaults and rejects bad
 //! values once, so the scheduler and sampler never re-check them.
 
-use crate::engine::structured_output::StructuredOutput;
+use crate::engine::structured_output::{CompiledGrammar, StructuredOutput};
 
 /// Sampling parameters of one request body, already validated; its choices share one copy
 /// behind an `Arc`.
@@ -42,6 +42,9 @@ pub struct SamplingParams {
     pub n: u32,
     /// The grammar the output must follow; `None` samples freely (and pays nothing for it).
     pub structured: Option<StructuredOutput>,
+    /// `structured` compiled (by the API layer, off the hot path, before the request is
+    /// submitted); the executor masks each sampled row with it.
+    pub grammar: Option<CompiledGrammar>,
 }
 
 impl Default for SamplingParams {
@@ -63,6 +66,7 @@ impl Default for SamplingParams {
             logprobs: None,
             n: 1,
             structured: None,
+            grammar: None,
         }
     }
 }
@@ -74,9 +78,13 @@ impl SamplingParams {
         self.temperature == 0.0 || self.top_k == Some(1)
     }
 
-    /// Whether the sampler needs the tokens generated so far (a penalty reads them).
+    /// Whether the sampler needs the tokens generated so far (a penalty reads them; a grammar
+    /// replays them to rebuild its state after a recompute preemption or a restart).
     pub fn uses_output_tokens(&self) -> bool {
-        self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+        self.repetition_penalty != 1.0
+            || self.frequency_penalty != 0.0
+            || self.presence_penalty != 0.0
+            || self.grammar.is_some()
     }
 
     /// Whether the sampler needs the prompt's tokens (the repetition penalty reads them).

@@ -73,6 +73,8 @@ pub struct SampledToken {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelOutput {
     pub sampled: Vec<Option<SampledToken>>,
+    /// Seconds spent computing each grammar mask of the step (constrained samples only).
+    pub grammar_mask_seconds: Vec<f64>,
 }
 
 /// Run one step.

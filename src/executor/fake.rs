@@ -77,7 +77,10 @@ impl Executor for FakeExecutor {
                 })
             })
             .collect();
-        Ok(ModelOutput { sampled })
+        Ok(ModelOutput {
+            sampled,
+            ..ModelOutput::default()
+        })
     }
 
     fn reset(&mut self) {

@@ -4,8 +4,9 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::Executor;
+use super::grammar_states::GrammarStates;
 use super::host_pool::HostKvPool;
-use super::sampler::{SamplingContext, sample, token_rng};
+use super::sampler::{SamplingContext, apply_token_mask, sample, token_rng};
 use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
 use crate::model::Backend;
@@ -19,6 +20,8 @@ pub struct ModelRunner {
     /// Logits at and past this id are padding rows of the embedding, with no token behind
     /// them: they are never sampled.
     sampleable_vocab: usize,
+    /// Matchers of the constrained sequences (unconstrained ones have none and pay nothing).
+    grammars: GrammarStates,
 }
 
 impl ModelRunner {
@@ -31,6 +34,7 @@ impl ModelRunner {
             host: HostKvPool::new(host_blocks),
             rng: StdRng::from_os_rng(),
             sampleable_vocab: usize::MAX,
+            grammars: GrammarStates::default(),
         }
     }
 
@@ -76,6 +80,8 @@ impl Executor for ModelRunner {
             )));
         }
         let mut rows = logits.chunks_mut(vocab);
+        let mut grammar_mask_seconds = Vec::new();
+        self.grammars.begin_step();
         let sampled = batch
             .sequences
             .iter()
@@ -87,16 +93,26 @@ impl Executor for ModelRunner {
                 if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
                     padding.fill(f32::NEG_INFINITY);
                 }
+                if let Some(mask) = self.grammars.mask(s) {
+                    apply_token_mask(row, mask.allowed.as_slice());
+                    grammar_mask_seconds.push(mask.seconds);
+                }
                 let ctx = SamplingContext {
                     params: &s.params,
                     output_token_ids: &s.output_token_ids,
                     prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
                 };
                 let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
-                Some(sample(row, &ctx, &mut rng))
+                let token = sample(row, &ctx, &mut rng);
+                self.grammars.advance(s, token.token);
+                Some(token)
             })
             .collect();
-        Ok(ModelOutput { sampled })
+        self.grammars.end_step();
+        Ok(ModelOutput {
+            sampled,
+            grammar_mask_seconds,
+        })
     }
 
     fn reset(&mut self) {
@@ -111,6 +127,7 @@ impl Executor for ModelRunner {
             &self.model.device,
         );
         self.host.clear();
+        self.grammars.clear();
         self.cache = PagedKvCache::new(geometry, &self.model.device);
     }
 }

@@ -127,6 +127,23 @@ fn sample_filtered(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) ->
     candidates[keep - 1].0
 }
 
+/// Keeps only the logits a grammar allows: `allowed` holds one bit per token id, least
+/// significant bit first in 32-bit words (llguidance's mask layout). Every other id, and any
+/// past the mask's end, gets `-inf`. Whole words of allowed ids are skipped.
+pub fn apply_token_mask(logits: &mut [f32], allowed: &[u32]) {
+    for (word_index, chunk) in logits.chunks_mut(32).enumerate() {
+        let word = allowed.get(word_index).copied().unwrap_or(0);
+        if word == u32::MAX {
+            continue;
+        }
+        for (bit, logit) in chunk.iter_mut().enumerate() {
+            if word & (1 << bit) == 0 {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
 pub fn argmax(values: &[f32]) -> u32 {
     let mut best = 0;
     for (i, v) in values.iter().enumerate() {
@@ -218,6 +235,22 @@ mod tests {
             p.repetition_penalty = 2.0;
         });
         assert_eq!(draw(&[3.0, 2.0], &r, 0, &[0]).token, 1);
+    }
+
+    #[test]
+    fn a_token_mask_leaves_only_allowed_ids_to_sample() {
+        let mut logits: Vec<f32> = (0..70).map(|i| i as f32).collect();
+        // Ids 3 and 40 allowed; the mask's single-word tail leaves 64.. disallowed.
+        let allowed = [1u32 << 3, 1u32 << (40 - 32)];
+        apply_token_mask(&mut logits, &allowed);
+        let kept: Vec<usize> = (0..70).filter(|&i| logits[i].is_finite()).collect();
+        assert_eq!(kept, vec![3, 40]);
+        assert_eq!(logits[40], 40.0, "allowed logits are untouched");
+        let p = params(|p| p.temperature = 1.0);
+        for seed in 0..20 {
+            let t = draw(&logits, &p, seed, &[]).token;
+            assert!(t == 3 || t == 40, "sampled {t} outside the mask");
+        }
     }
 
     #[test]

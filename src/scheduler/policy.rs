@@ -399,6 +399,7 @@ impl Scheduler {
                 iteration.step_cost += model.sequence(seq.token_ids.len(), seq.start_position, seq.sample);
             }
         }
+        iteration.grammar_mask_seconds.extend(&output.grammar_mask_seconds);
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
             let Some(index) = self.running.iter().position(|r| r.id == seq.id) else {

@@ -32,6 +32,7 @@ impl Scheduler {
             max_tokens: u64::from(request.params.max_tokens),
             n: u64::from(request.params.n),
             intervals,
+            constraint_kind: request.params.structured.as_ref().map(|s| s.kind()),
             trace: request.trace,
         };
         let event = TokenEvent::Finished {

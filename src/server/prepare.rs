@@ -12,6 +12,7 @@ use crate::api::ServedModel;
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
+use crate::grammar::{GrammarCompiler, GrammarLimits, VocabularySpec, token_env};
 use crate::kernels::KernelPath;
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
@@ -173,14 +174,17 @@ pub fn prepare_engine<E: Executor>(
         .telemetry
         .enable_mfu_metrics
         .then(|| step_cost_model(config, &files));
+    let tokenizer = Arc::new(files.tokenizer);
+    let grammars = grammar_compiler(config, &tokenizer, files.config.vocab_size, &special.end_of_generation);
     Ok(PreparedEngine {
         served: ServedModel {
             name: served_name,
-            tokenizer: Arc::new(files.tokenizer),
+            tokenizer,
             chat_template: Arc::new(chat_template),
             max_model_len,
             token_id_bound: id_bound,
             created,
+            grammars,
         },
         executor,
         scheduler: SchedulerConfig {
@@ -207,6 +211,34 @@ pub fn prepare_engine<E: Executor>(
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })
+}
+
+/// The compiler of output constraints over the served vocabulary; `None` (logged) when the
+/// vocabulary cannot be mapped to bytes, so constrained requests get 400 and the rest run.
+fn grammar_compiler(
+    config: &Config,
+    tokenizer: &Arc<tokenizers::Tokenizer>,
+    vocab_size: usize,
+    end_tokens: &[u32],
+) -> Option<Arc<GrammarCompiler>> {
+    let spec = VocabularySpec {
+        vocab_size,
+        end_tokens: end_tokens.to_vec(),
+    };
+    let l = &config.limits;
+    let limits = GrammarLimits {
+        max_source_bytes: l.max_structured_output_bytes,
+        compile_timeout: Duration::from_secs_f64(l.grammar_compile_timeout_s),
+        cache_entries: l.grammar_cache_size,
+        ..GrammarLimits::default()
+    };
+    match token_env(Arc::clone(tokenizer), &spec).and_then(|env| GrammarCompiler::new(&env, limits)) {
+        Ok(compiler) => Some(Arc::new(compiler)),
+        Err(error) => {
+            tracing::warn!(%error, "structured outputs are off for this model");
+            None
+        }
+    }
 }
 
 /// The step-cost model of `--enable-mfu-metrics`: weights counted as the executor holds them

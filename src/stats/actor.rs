@@ -119,6 +119,13 @@ impl StatsActor {
     }
 }
 
+impl StatsActor {
+    /// `None` when telemetry is disabled.
+    pub(super) fn instruments(&self) -> Option<&Instruments> {
+        self.instruments.as_deref()
+    }
+}
+
 impl Actor for StatsActor {
     type Context = Context<Self>;
 
@@ -234,6 +241,7 @@ impl Instruments {
         self.engine.avg_prompt_throughput.record(0.0, &self.model);
         self.engine.avg_generation_throughput.record(0.0, &self.model);
         self.engine.engine_restarts.add(0, &self.model);
+        self.structured.record_initial(&self.model);
     }
 
     fn record_step(&self, s: &SchedulerStats, it: &IterationStats) {
@@ -252,6 +260,7 @@ impl Instruments {
         e.prompt_tokens.add(it.num_prompt_tokens, m);
         self.prompt_source.record_step(m, s, it);
         self.flagged.record_step(m, s, it);
+        self.structured.record_step(m, it);
         e.generation_tokens.add(it.num_generation_tokens, m);
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);
@@ -385,6 +394,7 @@ mod tests {
                     finished(FinishReason::Length, 7),
                     finished(FinishReason::Error, 0),
                 ],
+                grammar_mask_seconds: Vec::new(),
             },
         }
     }

@@ -50,6 +50,8 @@ pub struct IterationStats {
     pub step_cost: StepCost,
     /// Requests that ended this step, whatever the reason.
     pub finished: Vec<FinishedRequestStats>,
+    /// Seconds each grammar mask of the step took (constrained samples only).
+    pub grammar_mask_seconds: Vec<f64>,
 }
 
 /// Everything the stats actor records for one finished request; intervals come from
@@ -67,4 +69,6 @@ pub struct FinishedRequestStats {
     pub intervals: RequestIntervals,
     /// The request's span (exemplars link its histogram observations to it).
     pub trace: Option<TraceContext>,
+    /// The kind of output constraint the request had (`StructuredOutput::kind`), if any.
+    pub constraint_kind: Option<&'static str>,
 }

@@ -325,6 +325,7 @@ pub(crate) mod test_support {
                 time_per_output_token_s: (generated > 1).then(|| 1.0 / (generated - 1) as f64),
             },
             trace: None,
+            constraint_kind: None,
         }
     }
 }

@@ -363,6 +363,7 @@ pub struct Instruments {
     pub(super) prompt_source: super::prompt_source::PromptSourceInstruments,
     pub(super) instrumentator: super::instrumentator::InstrumentatorInstruments,
     pub(super) flagged: super::flagged::FlaggedInstruments,
+    pub(super) structured: super::structured::StructuredOutputInstruments,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
     pub(super) model: [KeyValue; 2],
     /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
@@ -537,6 +538,7 @@ impl Instruments {
             prompt_source,
             instrumentator: super::instrumentator::InstrumentatorInstruments::new(meter),
             flagged: super::flagged::FlaggedInstruments::new(meter, cfg),
+            structured: super::structured::StructuredOutputInstruments::new(meter, &model),
             model,
             by_reason,
             gen_ai_base: [gen_ai_attrs(Operation::Chat), gen_ai_attrs(Operation::TextCompletion)],

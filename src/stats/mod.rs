@@ -14,4 +14,5 @@ pub mod otlp;
 pub mod prompt_source;
 pub mod span_exports;
 pub mod step_cost;
+pub mod structured;
 pub mod throughput_log;

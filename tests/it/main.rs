@@ -29,6 +29,7 @@ mod reference_parity;
 mod scheduler_pressure;
 mod schemathesis;
 mod slow_clients;
+mod structured_outputs;
 mod telemetry;
 mod telemetry_external;
 mod tls;

@@ -138,6 +138,7 @@ fn finished() -> FinishedRequestStats {
             time_per_output_token_s: Some(0.25),
         },
         trace: None,
+        constraint_kind: None,
     }
 }
 

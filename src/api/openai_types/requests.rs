@@ -12,6 +12,7 @@ use utoipa::openapi::{RefOr, schema::Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::schemas;
+use super::{ResponseFormatParam, StructuredOutputsParam};
 use crate::api::errors::ApiError;
 
 /// `prompt` of `/v1/completions`: OpenAI accepts all four shapes.
@@ -160,6 +161,25 @@ pub struct CompletionRequest {
     #[serde(default)]
     #[schema(maximum = 0)]
     pub min_tokens: Option<u32>,
+    /// Constrains the output: `json_object`, or `json_schema` with a schema.
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
+    pub response_format: Option<ResponseFormatParam>,
+    /// vLLM's output constraints (one of `json`, `regex`, `choice`, `grammar`, `json_object`).
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
+    pub structured_outputs: Option<StructuredOutputsParam>,
+    /// vLLM's older form of `structured_outputs.json` (an object or its JSON text).
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    pub guided_json: Option<serde_json::Value>,
+    /// vLLM's older form of `structured_outputs.regex`.
+    #[serde(default)]
+    pub guided_regex: Option<String>,
+    /// vLLM's older form of `structured_outputs.choice`.
+    #[serde(default)]
+    pub guided_choice: Option<Vec<String>>,
+    /// vLLM's older form of `structured_outputs.grammar`.
+    #[serde(default)]
+    pub guided_grammar: Option<String>,
 }
 
 /// Chat roles OpenAI accepts; an unknown role is a 400 from serde.
@@ -342,6 +362,25 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(maximum = 0)]
     pub min_tokens: Option<u32>,
+    /// Constrains the output: `json_object`, or `json_schema` with a schema.
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
+    pub response_format: Option<ResponseFormatParam>,
+    /// vLLM's output constraints (one of `json`, `regex`, `choice`, `grammar`, `json_object`).
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
+    pub structured_outputs: Option<StructuredOutputsParam>,
+    /// vLLM's older form of `structured_outputs.json` (an object or its JSON text).
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    pub guided_json: Option<serde_json::Value>,
+    /// vLLM's older form of `structured_outputs.regex`.
+    #[serde(default)]
+    pub guided_regex: Option<String>,
+    /// vLLM's older form of `structured_outputs.choice`.
+    #[serde(default)]
+    pub guided_choice: Option<Vec<String>>,
+    /// vLLM's older form of `structured_outputs.grammar`.
+    #[serde(default)]
+    pub guided_grammar: Option<String>,
     /// vLLM renders a template sent with the request; kiln never does (a template is code
     /// run on the server), so any value but `null` is refused with a 400 naming this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,159 @@
+//! kiln's constrained-decoding families (`kiln_*` whatever the engine prefix, label
+//! `model_name` and `engine`): constrained requests by kind, those that ended without a valid
+//! completion by reason, grammar compile time, cache lookups and failures, and the time of
+//! each per-token mask.
+
+use actix::{Handler, Message};
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{Counter, Histogram, Meter};
+
+use super::actor::StatsActor;
+use super::data::IterationStats;
+use crate::engine::structured_output::StructuredOutput;
+use crate::engine::types::FinishReason;
+
+/// Instrument specs.
+#[rustfmt::skip]
+pub mod specs {
+    use super::super::instruments::Spec;
+
+    pub const REQUESTS: Spec = Spec { name: "kiln_structured_output_requests", unit: "{request}", description: "Finished requests whose output was constrained, by constraint kind." };
+    pub const INVALID: Spec = Spec { name: "kiln_structured_output_invalid", unit: "{request}", description: "Constrained requests that ended without a complete, valid output (cut by max_tokens, aborted, failed), by reason." };
+    pub const COMPILE_DURATION: Spec = Spec { name: "kiln_grammar_compile_duration", unit: "s", description: "Time to compile a constraint into a grammar (cache misses only)." };
+    pub const CACHE_QUERIES: Spec = Spec { name: "kiln_grammar_cache_queries", unit: "{lookup}", description: "Compiled-grammar cache lookups." };
+    pub const CACHE_HITS: Spec = Spec { name: "kiln_grammar_cache_hits", unit: "{lookup}", description: "Compiled-grammar cache lookups that found the grammar." };
+    pub const COMPILE_FAILURES: Spec = Spec { name: "kiln_grammar_compile_failures", unit: "{request}", description: "Constraints refused with a 400, by reason (too_large, invalid, timeout, unavailable)." };
+    pub const MASK_DURATION: Spec = Spec { name: "kiln_grammar_mask_duration", unit: "s", description: "Time to compute one constrained sequence's token mask on the executor thread." };
+}
+
+/// Compile time buckets: from a cached lexer's fraction of a millisecond to the timeout.
+pub const COMPILE_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+/// Mask time buckets: llguidance aims at ~50 µs for a large vocabulary.
+pub const MASK_BUCKETS: [f64; 12] = [
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1,
+];
+/// `reason` values of `kiln_structured_output_invalid_total` (the finish reasons but `stop`).
+pub const INVALID_REASONS: [&str; 3] = ["length", "abort", "error"];
+/// `reason` values of `kiln_grammar_compile_failures_total` (`GrammarError::reason`).
+pub const COMPILE_FAILURE_REASONS: [&str; 4] = ["too_large", "invalid", "timeout", "unavailable"];
+
+/// One compile request from the API: a cache hit, a compile, or a refusal.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct RecordGrammarCompile {
+    /// The grammar came from the cache.
+    pub cache_hit: bool,
+    /// Seconds compiling (a miss that compiled).
+    pub compile_seconds: Option<f64>,
+    /// Why it was refused (`GrammarError::reason`).
+    pub failure: Option<&'static str>,
+}
+
+pub(super) struct StructuredOutputInstruments {
+    requests: Counter<u64>,
+    invalid: Counter<u64>,
+    compile_duration: Histogram<f64>,
+    cache_queries: Counter<u64>,
+    cache_hits: Counter<u64>,
+    compile_failures: Counter<u64>,
+    mask_duration: Histogram<f64>,
+    /// `[model_name, engine, kind]` per `StructuredOutput::KINDS`.
+    kind_attrs: [Vec<KeyValue>; 6],
+    /// `[model_name, engine, reason]` per `INVALID_REASONS`.
+    invalid_attrs: [Vec<KeyValue>; 3],
+    /// `[model_name, engine, reason]` per `COMPILE_FAILURE_REASONS`.
+    failure_attrs: [Vec<KeyValue>; 4],
+}
+
+impl StructuredOutputInstruments {
+    pub(super) fn new(meter: &Meter, model: &[KeyValue]) -> Self {
+        let counter = |s: super::instruments::Spec| {
+            meter
+                .u64_counter(s.name)
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .build()
+        };
+        let hist = |s: super::instruments::Spec, bounds: &[f64]| {
+            meter
+                .f64_histogram(s.name)
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .with_boundaries(bounds.to_vec())
+                .build()
+        };
+        let labelled = |key: &'static str, value: &'static str| {
+            let mut attrs = model.to_vec();
+            attrs.push(KeyValue::new(key, value));
+            attrs
+        };
+        Self {
+            requests: counter(specs::REQUESTS),
+            invalid: counter(specs::INVALID),
+            compile_duration: hist(specs::COMPILE_DURATION, &COMPILE_BUCKETS),
+            cache_queries: counter(specs::CACHE_QUERIES),
+            cache_hits: counter(specs::CACHE_HITS),
+            compile_failures: counter(specs::COMPILE_FAILURES),
+            mask_duration: hist(specs::MASK_DURATION, &MASK_BUCKETS),
+            kind_attrs: StructuredOutput::KINDS.map(|k| labelled("kind", k)),
+            invalid_attrs: INVALID_REASONS.map(|r| labelled("reason", r)),
+            failure_attrs: COMPILE_FAILURE_REASONS.map(|r| labelled("reason", r)),
+        }
+    }
+
+    /// Every counter series at 0, so `rate()` has a baseline before the first constraint.
+    pub(super) fn record_initial(&self, model: &[KeyValue]) {
+        self.kind_attrs.iter().for_each(|a| self.requests.add(0, a));
+        self.invalid_attrs.iter().for_each(|a| self.invalid.add(0, a));
+        self.failure_attrs.iter().for_each(|a| self.compile_failures.add(0, a));
+        self.cache_queries.add(0, model);
+        self.cache_hits.add(0, model);
+    }
+
+    pub(super) fn record_step(&self, model: &[KeyValue], it: &IterationStats) {
+        for &seconds in &it.grammar_mask_seconds {
+            self.mask_duration.record(seconds, model);
+        }
+        for finished in &it.finished {
+            let Some(kind) = finished.constraint_kind else { continue };
+            if let Some(i) = StructuredOutput::KINDS.iter().position(|&k| k == kind) {
+                self.requests.add(1, &self.kind_attrs[i]);
+            }
+            let reason = match finished.finish_reason {
+                FinishReason::Stop => continue,
+                FinishReason::Length => 0,
+                FinishReason::Abort => 1,
+                FinishReason::Error => 2,
+            };
+            self.invalid.add(1, &self.invalid_attrs[reason]);
+        }
+    }
+
+    fn record_compile(&self, model: &[KeyValue], msg: RecordGrammarCompile) {
+        if let Some(failure) = msg.failure {
+            if let Some(i) = COMPILE_FAILURE_REASONS.iter().position(|&r| r == failure) {
+                self.compile_failures.add(1, &self.failure_attrs[i]);
+            }
+            return;
+        }
+        self.cache_queries.add(1, model);
+        if msg.cache_hit {
+            self.cache_hits.add(1, model);
+        }
+        if let Some(seconds) = msg.compile_seconds {
+            self.compile_duration.record(seconds, model);
+        }
+    }
+}
+
+impl Handler<RecordGrammarCompile> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RecordGrammarCompile, _: &mut Self::Context) {
+        if let Some(i) = self.instruments() {
+            i.structured.record_compile(&i.model, msg);
+        }
+    }
+}
