@@ -243,20 +243,22 @@ mod tests {
         let store = ExemplarStore::default();
         let h = ExemplarHistogram::new("vllm:e2e", "s", vec![0.5, 1.0, 2.0]);
         let labels = [KeyValue::new("model_name", "m"), KeyValue::new("engine", "0")];
-        store.record(&h, &labels, 0.7, trace(1));
+        let key = [label("engine", "0"), label("model_name", "m")];
         store.record(&h, &labels, 1.0, trace(2)); // on a bound: that bucket (le is inclusive)
-        store.record(&h, &labels, 0.9, trace(3)); // replaces trace 1 in (0.5, 1.0]
+        let first = store.snapshot();
+        let on_bound = first.series("vllm:e2e_seconds", &key).unwrap().for_bucket(1.0);
+        assert_eq!(on_bound.map(|e| e.trace), Some(trace(2)));
+        store.record(&h, &labels, 0.9, trace(3)); // replaces trace 2 in (0.5, 1.0]
+        store.record(&h, &labels, 1.5, trace(1));
         store.record(&h, &labels, 9.0, trace(4));
         let snapshot = store.snapshot();
         // The encoder's label order (sorted by the exporter) finds the series.
-        let series = snapshot
-            .series("vllm:e2e_seconds", &[label("engine", "0"), label("model_name", "m")])
-            .expect("series");
+        let series = snapshot.series("vllm:e2e_seconds", &key).expect("series");
         assert_eq!(series.for_bucket(0.5), None);
         let in_one = series.for_bucket(1.0).unwrap();
         assert_eq!((in_one.trace, in_one.value), (trace(3), 0.9));
         assert!(in_one.timestamp_s > 1.7e9, "{}", in_one.timestamp_s);
-        assert_eq!(series.for_bucket(2.0).unwrap().trace, trace(2));
+        assert_eq!(series.for_bucket(2.0).unwrap().trace, trace(1));
         assert_eq!(series.for_bucket(f64::INFINITY).unwrap().value, 9.0);
         assert_eq!(series.for_bucket(3.0), None, "not a bound");
         assert!(snapshot.series("vllm:e2e_seconds", &[label("engine", "0")]).is_none());

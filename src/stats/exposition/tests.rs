@@ -149,7 +149,7 @@ mod openmetrics {
         let (sample, exemplar) = ttft[0].split_once(" # ").unwrap();
         assert_eq!(
             sample,
-            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"smollm2\",le=\"1.0\"} 1"
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"smollm2\",le=\"1.0\"} 2"
         );
         let prefix = format!("{{trace_id=\"{trace}\",span_id=\"0123456789abcdef\"}} 0.9 ");
         let timestamp: f64 = exemplar.strip_prefix(&prefix).expect(exemplar).parse().unwrap();
