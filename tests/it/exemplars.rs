@@ -195,6 +195,8 @@ fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
     let t = start_fake(FakeBehaviour::default(), |_| {});
     let prometheus = PrometheusServer::start_with_exemplars("kiln", &[t.server.addr.to_string()]);
     let client = &t.client;
+    let ready = format!("http://127.0.0.1:{}/-/ready", prometheus.port);
+    poll(|| client.get(&ready).send().is_ok_and(|r| r.status().is_success()));
     // The scrape is healthy and its samples are stored.
     poll(|| {
         let up = prometheus.query(client, "up{job=\"kiln\"}");
