@@ -38,7 +38,7 @@ fn config_headers_win_over_the_exporters_own_env_read() {
         OtlpProtocol::HttpProtobuf,
     );
     cfg.set_header("X-Kiln-Token", "from-flag");
-    let reader = build_otlp_reader(&cfg).unwrap();
+    let reader = build_otlp_reader(&cfg, Default::default()).unwrap();
     let t = build_telemetry_with_readers(&TelemetryConfig::default(), vec![reader]).unwrap();
     t.provider.as_ref().unwrap().force_flush().unwrap();
     let head = rx.recv_timeout(Duration::from_secs(30)).unwrap();

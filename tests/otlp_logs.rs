@@ -57,7 +57,7 @@ fn a_down_collector_yields_one_warning_per_minute_and_no_sdk_noise() {
         let mut cfg = OtlpConfig::new(metrics_endpoint_from_base(&base, protocol), protocol);
         cfg.timeout = Duration::from_millis(300);
         cfg.interval = Duration::from_secs(3600);
-        let reader = build_otlp_reader(&cfg).unwrap();
+        let reader = build_otlp_reader(&cfg, Default::default()).unwrap();
         let config = TelemetryConfig {
             service_instance_id: "logs".to_owned(),
             ..TelemetryConfig::default()

@@ -64,6 +64,8 @@ pub struct AppState {
     pub scheduler: Addr<SchedulerActor>,
     pub stats: Addr<StatsActor>,
     pub registry: prometheus::Registry,
+    /// The latency exemplars `/metrics` writes in OpenMetrics.
+    pub exemplars: Arc<crate::stats::exemplars::ExemplarStore>,
     /// Add per-request `metrics` to responses.
     pub per_request_metrics: bool,
     /// What one request may ask for.

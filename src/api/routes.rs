@@ -110,13 +110,10 @@ async fn load(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     }))
 }
 
-/// Prometheus text exposition (gzip through the Compress middleware when asked).
-async fn metrics(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let text = crate::stats::exporter::render_metrics(&state.registry)
-        .map_err(|e| ApiError::EngineError(format!("rendering metrics: {e}")))?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(text))
+/// Prometheus text, or OpenMetrics with exemplars when asked (gzip through the Compress
+/// middleware when asked).
+async fn metrics(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    crate::stats::metrics_endpoint::metrics_response(&req, &state.registry, &state.exemplars)
 }
 
 /// This listener's OpenAPI document: its routes, its model's bounds, its limits, its keys.

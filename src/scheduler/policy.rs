@@ -14,7 +14,7 @@ use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, Schedul
 use crate::engine::timeline::RequestEventKind;
 use crate::engine::types::{FinishReason, RequestId};
 use crate::kv_cache::block_manager::{BlockManager, BlockManagerConfig};
-use crate::stats::data::{FinishedRequestStats, IterationStats, SchedulerStats};
+use crate::stats::data::{FinishedRequestStats, IterationStats, Observation, SchedulerStats};
 use crate::stats::step_cost::StepCostModel;
 
 /// Limits the scheduler enforces.
@@ -431,13 +431,10 @@ impl Scheduler {
             request.output.push(sampled.token);
             iteration.num_generation_tokens += 1;
             let ts = &mut request.timestamps;
+            let observed = |since| Observation::new(now.saturating_duration_since(since).as_secs_f64(), request.trace);
             match ts.last_token {
-                None => iteration
-                    .time_to_first_token_s
-                    .push(now.saturating_duration_since(ts.arrival).as_secs_f64()),
-                Some(last) => iteration
-                    .inter_token_latency_s
-                    .push(now.saturating_duration_since(last).as_secs_f64()),
+                None => iteration.time_to_first_token_s.push(observed(ts.arrival)),
+                Some(last) => iteration.inter_token_latency_s.push(observed(last)),
             }
             request.note_token(now);
             result.events.push((

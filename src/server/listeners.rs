@@ -13,7 +13,8 @@ use anyhow::Context as _;
 
 use crate::api::auth::{ApiKeys, require_api_key};
 use crate::config::Config;
-use crate::stats::exporter::{METRICS_CONTENT_TYPE, render_metrics};
+use crate::stats::exemplars::ExemplarStore;
+use crate::stats::metrics_endpoint::metrics_response;
 
 /// Connections the kernel queues before kiln accepts them (actix's default).
 const BACKLOG: i32 = 1024;
@@ -94,25 +95,20 @@ pub fn send_buffer_setter(bytes: usize) -> impl Fn(&dyn std::any::Any, &mut acti
 pub fn start_metrics_listener(
     listen_on: &str,
     registry: prometheus::Registry,
+    exemplars: Arc<ExemplarStore>,
     keys: web::Data<ApiKeys>,
     tls: &Tls,
 ) -> anyhow::Result<SocketAddr> {
     let server = HttpServer::new(move || {
         let registry = registry.clone();
+        let exemplars = exemplars.clone();
         App::new()
             .app_data(keys.clone())
             .route(
                 "/metrics",
-                web::get().to(move || {
-                    let registry = registry.clone();
-                    async move {
-                        match render_metrics(&registry) {
-                            Ok(text) => actix_web::HttpResponse::Ok()
-                                .content_type(METRICS_CONTENT_TYPE)
-                                .body(text),
-                            Err(e) => actix_web::HttpResponse::InternalServerError().body(e.to_string()),
-                        }
-                    }
+                web::get().to(move |req: actix_web::HttpRequest| {
+                    let response = metrics_response(&req, &registry, &exemplars);
+                    async move { response }
                 }),
             )
             .wrap(actix_web::middleware::from_fn(require_api_key))

@@ -32,6 +32,7 @@ use crate::model::loader::open_model;
 use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
+use crate::stats::export_health::ExportOutcomes;
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
 use crate::stats::instruments::HistogramBuckets;
@@ -153,10 +154,11 @@ pub async fn start_on<E: Executor>(
     listener: TcpListener,
     health: Arc<EngineHealth>,
 ) -> anyhow::Result<RunningServer> {
+    let metric_exports = Arc::new(ExportOutcomes::default());
     let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
         Some(otlp) => {
             tracing::info!(endpoint = %otlp.endpoint, protocol = otlp.protocol.as_str(), "pushing metrics over OTLP");
-            vec![build_otlp_reader(&otlp)?]
+            vec![build_otlp_reader(&otlp, metric_exports.clone())?]
         }
         None => Vec::new(),
     };
@@ -177,6 +179,7 @@ pub async fn start_on<E: Executor>(
         mfu_metrics: prepared.scheduler.step_cost.is_some(),
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
+    telemetry.count_otlp_metric_exports(metric_exports);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
@@ -202,6 +205,7 @@ pub async fn start_on<E: Executor>(
         scheduler: scheduler.clone(),
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
+        exemplars: telemetry.exemplars.clone(),
         per_request_metrics: config.server.enable_per_request_metrics,
         limits: config.limits.clone(),
         stream_stall_timeout: Duration::from_secs_f64(config.server.stream_stall_timeout_s),
@@ -261,6 +265,7 @@ pub async fn start_on<E: Executor>(
         listen_on => Some(start_metrics_listener(
             listen_on,
             telemetry.registry.clone(),
+            telemetry.exemplars.clone(),
             access.keys.clone(),
             &access.tls,
         )?),

@@ -265,11 +265,14 @@ impl Instruments {
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);
         }
-        for &ttft in &it.time_to_first_token_s {
-            e.time_to_first_token.record(ttft, m);
+        let x = &self.exemplars;
+        for ttft in &it.time_to_first_token_s {
+            e.time_to_first_token.record(ttft.seconds, m);
+            x.record(&x.ttft, m, ttft.seconds, ttft.trace);
         }
-        for &itl in &it.inter_token_latency_s {
-            e.inter_token_latency.record(itl, m);
+        for itl in &it.inter_token_latency_s {
+            e.inter_token_latency.record(itl.seconds, m);
+            x.record(&x.itl, m, itl.seconds, itl.trace);
         }
         for f in &it.finished {
             self.record_finished(f);
@@ -277,23 +280,27 @@ impl Instruments {
     }
 
     /// Every finished request, whatever its reason; intervals that never happened
-    /// (`None`) add no observation.
+    /// (`None`) add no observation. A traced request's latencies become their buckets'
+    /// exemplars.
     fn record_finished(&self, f: &FinishedRequestStats) {
         let e = &self.engine;
         let m = &self.model;
+        let x = &self.exemplars;
         let iv = &f.intervals;
         e.request_success.add(1, &self.by_reason[reason_index(f.finish_reason)]);
         e.e2e_request_latency.record(iv.e2e_s, m);
+        x.record(&x.e2e, m, iv.e2e_s, f.trace);
         let optional = [
-            (&e.request_queue_time, iv.queue_s),
-            (&e.request_prefill_time, iv.prefill_s),
-            (&e.request_decode_time, iv.decode_s),
-            (&e.request_inference_time, iv.inference_s),
-            (&e.time_per_output_token, iv.time_per_output_token_s),
+            (&e.request_queue_time, &x.queue, iv.queue_s),
+            (&e.request_prefill_time, &x.prefill, iv.prefill_s),
+            (&e.request_decode_time, &x.decode, iv.decode_s),
+            (&e.request_inference_time, &x.inference, iv.inference_s),
+            (&e.time_per_output_token, &x.tpot, iv.time_per_output_token_s),
         ];
-        for (hist, value) in optional {
+        for (hist, exemplar, value) in optional {
             if let Some(v) = value {
                 hist.record(v, m);
+                x.record(exemplar, m, v, f.trace);
             }
         }
         e.request_prompt_tokens.record(f.prompt_tokens, m);
@@ -315,16 +322,22 @@ impl Instruments {
                 let mut attrs = base.to_vec();
                 attrs.push(KeyValue::new("error.type", t));
                 self.gen_ai.request_duration.record(iv.e2e_s, &attrs);
+                x.record(&x.gen_ai_duration, &attrs, iv.e2e_s, f.trace);
             }
-            None => self.gen_ai.request_duration.record(iv.e2e_s, base),
+            None => {
+                self.gen_ai.request_duration.record(iv.e2e_s, base);
+                x.record(&x.gen_ai_duration, base, iv.e2e_s, f.trace);
+            }
         }
         let success = matches!(f.finish_reason, FinishReason::Stop | FinishReason::Length);
         if success && error_type.is_none() {
             if let Some(ttft) = iv.time_to_first_token_s {
                 self.gen_ai.time_to_first_token.record(ttft, base);
+                x.record(&x.gen_ai_ttft, base, ttft, f.trace);
             }
             if let Some(tpot) = iv.time_per_output_token_s {
                 self.gen_ai.time_per_output_token.record(tpot, base);
+                x.record(&x.gen_ai_tpot, base, tpot, f.trace);
             }
         }
     }
@@ -386,8 +399,8 @@ mod tests {
                 num_prefill_tokens_computed: 18,
                 num_prompt_tokens_cached: 12,
                 prefill_kv_computed_tokens: vec![8, 10],
-                time_to_first_token_s: vec![0.2, 0.3],
-                inter_token_latency_s: vec![0.02; 9],
+                time_to_first_token_s: vec![0.2.into(), 0.3.into()],
+                inter_token_latency_s: vec![0.02.into(); 9],
                 step_cost: Default::default(),
                 finished: vec![
                     finished(FinishReason::Stop, 5),

@@ -43,9 +43,9 @@ pub struct IterationStats {
     /// Per request whose prefill completed this step: prompt tokens computed, not cached.
     pub prefill_kv_computed_tokens: Vec<u64>,
     /// Time to first token (s) of requests that produced their first token this step.
-    pub time_to_first_token_s: Vec<f64>,
+    pub time_to_first_token_s: Vec<Observation>,
     /// Inter-token latencies (s): one per token after a request's first.
-    pub inter_token_latency_s: Vec<f64>,
+    pub inter_token_latency_s: Vec<Observation>,
     /// The step's estimated FLOPs and bytes (`--enable-mfu-metrics`; else 0).
     pub step_cost: StepCost,
     /// Requests that ended this step, whatever the reason.
@@ -71,4 +71,25 @@ pub struct FinishedRequestStats {
     pub trace: Option<TraceContext>,
     /// The kind of output constraint the request had (`StructuredOutput::kind`), if any.
     pub constraint_kind: Option<&'static str>,
+}
+
+/// One latency observation and the trace of the request it belongs to, so the histogram
+/// bucket it lands in can carry that request as its exemplar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Observation {
+    pub seconds: f64,
+    pub trace: Option<TraceContext>,
+}
+
+impl Observation {
+    pub fn new(seconds: f64, trace: Option<TraceContext>) -> Self {
+        Self { seconds, trace }
+    }
+}
+
+/// An untraced observation.
+impl From<f64> for Observation {
+    fn from(seconds: f64) -> Self {
+        Self { seconds, trace: None }
+    }
 }

@@ -18,6 +18,7 @@ use opentelemetry_sdk::resource::EnvResourceDetector;
 use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 
+use super::exemplars::{ExemplarSnapshot, ExemplarStore};
 use super::exposition::{ExpositionFormat, encode};
 use super::instruments::{BucketError, HistogramBuckets, Instruments, InstrumentsConfig};
 
@@ -91,12 +92,13 @@ pub enum TelemetryError {
 }
 
 /// The built telemetry: the registry `/metrics` renders, the provider (kept for flush and
-/// shutdown) and the instruments the stats actor records into. `provider` and
-/// `instruments` are `None` when telemetry is disabled.
+/// shutdown), the instruments the stats actor records into and the exemplars it keeps for
+/// them. `provider` and `instruments` are `None` when telemetry is disabled.
 pub struct Telemetry {
     pub registry: Registry,
     pub provider: Option<SdkMeterProvider>,
     pub instruments: Option<Arc<Instruments>>,
+    pub exemplars: Arc<ExemplarStore>,
 }
 
 impl Telemetry {
@@ -126,6 +128,7 @@ pub fn build_telemetry_with_readers(
             registry,
             provider: None,
             instruments: None,
+            exemplars: Arc::default(),
         });
     }
     validate(cfg)?;
@@ -163,6 +166,7 @@ pub fn build_telemetry_with_readers(
     Ok(Telemetry {
         registry,
         provider: Some(provider),
+        exemplars: instruments.exemplars.store.clone(),
         instruments: Some(Arc::new(instruments)),
     })
 }
@@ -170,7 +174,16 @@ pub fn build_telemetry_with_readers(
 /// Renders the registry in the Prometheus text format (`METRICS_CONTENT_TYPE`) with kiln's
 /// own writer (`exposition`: bucket bounds spelled as vLLM's `le="1.0"`).
 pub fn render_metrics(registry: &Registry) -> Result<String, TelemetryError> {
-    Ok(encode(&registry.gather(), ExpositionFormat::PrometheusText))
+    Ok(encode(
+        &registry.gather(),
+        ExpositionFormat::PrometheusText,
+        &ExemplarSnapshot::default(),
+    ))
+}
+
+/// Renders the registry in `format`, with `exemplars` where the format carries them.
+pub fn render_metrics_as(registry: &Registry, exemplars: &ExemplarStore, format: ExpositionFormat) -> String {
+    encode(&registry.gather(), format, &exemplars.snapshot())
 }
 
 fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
@@ -388,8 +401,8 @@ mod tests {
             num_prefill_tokens_computed: 10,
             num_prompt_tokens_cached: 0,
             prefill_kv_computed_tokens: vec![10],
-            time_to_first_token_s: vec![0.2],
-            inter_token_latency_s: vec![0.03, 0.04],
+            time_to_first_token_s: vec![0.2.into()],
+            inter_token_latency_s: vec![0.03.into(), 0.04.into()],
             finished: vec![finished(FinishReason::Stop, 5)],
             ..Default::default()
         };

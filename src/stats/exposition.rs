@@ -4,18 +4,23 @@
 //! (`le="1"`); vLLM's Python client writes them as Python does (`le="1.0"`), dashboards
 //! select `le="1.0"`, and Prometheus does not normalise the label. So bounds and quantiles
 //! are written as Python's `repr(float)`; everything else follows the text format 0.0.4 as
-//! the crate writes it. The format is a parameter so that OpenMetrics (with exemplars) can
-//! join as a second `ExpositionFormat` without a second walk over the families.
+//! the crate writes it. OpenMetrics 1.0 is the second format, from the same walk over the
+//! families: counters are declared without `_total`, histogram buckets carry the latest
+//! exemplar kiln kept for them (`exemplars`), timestamps are seconds, and `# EOF` ends it.
 
 use std::fmt::Write as _;
 
 use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
+
+use super::exemplars::{Exemplar, ExemplarSnapshot, SeriesExemplars};
 
 /// The formats `/metrics` can answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpositionFormat {
     /// Prometheus text format 0.0.4, the default.
     PrometheusText,
+    /// OpenMetrics 1.0 text, with exemplars; for clients that ask for it.
+    OpenMetrics,
 }
 
 impl ExpositionFormat {
@@ -23,16 +28,20 @@ impl ExpositionFormat {
     pub const fn content_type(self) -> &'static str {
         match self {
             Self::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
         }
     }
 }
 
-/// Writes `families` in `format`.
-pub fn encode(families: &[MetricFamily], format: ExpositionFormat) -> String {
+/// Writes `families` in `format`; `exemplars` are written only in OpenMetrics.
+pub fn encode(families: &[MetricFamily], format: ExpositionFormat, exemplars: &ExemplarSnapshot) -> String {
     let mut out = String::with_capacity(16 * 1024);
     let mut writer = SampleWriter { out: &mut out, format };
     for family in families {
-        writer.family(family);
+        writer.family(family, exemplars);
+    }
+    if format == ExpositionFormat::OpenMetrics {
+        out.push_str("# EOF\n");
     }
     out
 }
@@ -44,62 +53,65 @@ struct SampleWriter<'a> {
 }
 
 impl SampleWriter<'_> {
-    fn family(&mut self, family: &MetricFamily) {
+    fn family(&mut self, family: &MetricFamily, exemplars: &ExemplarSnapshot) {
         let name = family.name();
-        let kind = match family.get_field_type() {
-            MetricType::COUNTER => "counter",
-            MetricType::GAUGE => "gauge",
-            MetricType::HISTOGRAM => "histogram",
-            MetricType::SUMMARY => "summary",
-            MetricType::UNTYPED => "untyped",
+        let om = self.format == ExpositionFormat::OpenMetrics;
+        let (kind, family_name) = match family.get_field_type() {
+            // OpenMetrics names the counter family without `_total`; its samples keep it.
+            MetricType::COUNTER if om => ("counter", name.strip_suffix("_total").unwrap_or(name)),
+            MetricType::COUNTER => ("counter", name),
+            MetricType::GAUGE => ("gauge", name),
+            MetricType::HISTOGRAM => ("histogram", name),
+            MetricType::SUMMARY => ("summary", name),
+            MetricType::UNTYPED if om => ("unknown", name),
+            MetricType::UNTYPED => ("untyped", name),
         };
-        self.header(name, kind, family.help());
+        self.header(family_name, kind, family.help());
         for metric in family.get_metric() {
             match family.get_field_type() {
+                MetricType::COUNTER if om => {
+                    self.sample(family_name, "_total", metric, None, metric.get_counter().value())
+                }
                 MetricType::COUNTER => self.sample(name, "", metric, None, metric.get_counter().value()),
                 MetricType::GAUGE => self.sample(name, "", metric, None, metric.get_gauge().value()),
                 MetricType::UNTYPED => self.sample(name, "", metric, None, metric.untyped.value()),
-                MetricType::HISTOGRAM => self.histogram(name, metric),
+                MetricType::HISTOGRAM => {
+                    let series = if om {
+                        exemplars.series(name, metric.get_label())
+                    } else {
+                        None
+                    };
+                    self.histogram(name, metric, series)
+                }
                 MetricType::SUMMARY => self.summary(name, metric),
             }
         }
     }
 
-    /// `# HELP` and `# TYPE` (OpenMetrics will add `# UNIT` and its own type names here).
+    /// `# HELP` and `# TYPE`; OpenMetrics escapes `"` in help text too.
     fn header(&mut self, name: &str, kind: &str, help: &str) {
-        match self.format {
-            ExpositionFormat::PrometheusText => {
-                if !help.is_empty() {
-                    let _ = writeln!(self.out, "# HELP {name} {}", escape(help, false));
-                }
-                let _ = writeln!(self.out, "# TYPE {name} {kind}");
-            }
+        let om = self.format == ExpositionFormat::OpenMetrics;
+        if !help.is_empty() {
+            let _ = writeln!(self.out, "# HELP {name} {}", escape(help, om));
         }
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
     }
 
-    fn histogram(&mut self, name: &str, metric: &Metric) {
+    fn histogram(&mut self, name: &str, metric: &Metric, exemplars: Option<&SeriesExemplars>) {
         let h = metric.get_histogram();
         let mut inf_seen = false;
         for bucket in h.get_bucket() {
             let bound = bucket.upper_bound();
             inf_seen |= bound == f64::INFINITY;
             let le = python_float_repr(bound);
-            self.sample(
-                name,
-                "_bucket",
-                metric,
-                Some(("le", &le)),
-                bucket.cumulative_count() as f64,
-            );
+            let count = bucket.cumulative_count() as f64;
+            self.sample(name, "_bucket", metric, Some(("le", &le)), count);
+            self.exemplar(exemplars.and_then(|e| e.for_bucket(bound)));
         }
         if !inf_seen {
-            self.sample(
-                name,
-                "_bucket",
-                metric,
-                Some(("le", "+Inf")),
-                h.get_sample_count() as f64,
-            );
+            let count = h.get_sample_count() as f64;
+            self.sample(name, "_bucket", metric, Some(("le", "+Inf")), count);
+            self.exemplar(exemplars.and_then(|e| e.for_bucket(f64::INFINITY)));
         }
         self.sample(name, "_sum", metric, None, h.get_sample_sum());
         self.sample(name, "_count", metric, None, h.get_sample_count() as f64);
@@ -115,16 +127,37 @@ impl SampleWriter<'_> {
         self.sample(name, "_count", metric, None, s.sample_count() as f64);
     }
 
+    /// Writes one sample line.
     fn sample(&mut self, name: &str, suffix: &str, metric: &Metric, extra: Option<(&str, &str)>, value: f64) {
         self.out.push_str(name);
         self.out.push_str(suffix);
         write_labels(self.out, metric.get_label(), extra);
         self.out.push(' ');
         self.out.push_str(&sample_value(value));
-        if metric.timestamp_ms() != 0 {
-            let _ = write!(self.out, " {}", metric.timestamp_ms());
+        match (metric.timestamp_ms(), self.format) {
+            (0, _) => {}
+            (ms, ExpositionFormat::PrometheusText) => {
+                let _ = write!(self.out, " {ms}");
+            }
+            (ms, ExpositionFormat::OpenMetrics) => {
+                let _ = write!(self.out, " {}", ms as f64 / 1000.0);
+            }
         }
         self.out.push('\n');
+    }
+
+    /// ` # {trace_id="…",span_id="…"} value timestamp` after the bucket line just written.
+    fn exemplar(&mut self, exemplar: Option<&Exemplar>) {
+        let Some(e) = exemplar else { return };
+        self.out.pop(); // the bucket line's newline
+        let _ = writeln!(
+            self.out,
+            " # {{trace_id=\"{}\",span_id=\"{}\"}} {} {:.3}",
+            e.trace.trace_id_hex(),
+            e.trace.span_id_hex(),
+            sample_value(e.value),
+            e.timestamp_s
+        );
     }
 }
 
@@ -201,102 +234,4 @@ pub fn python_float_repr(v: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn floats_are_written_as_pythons_repr() {
-        let cases = [
-            (1.0, "1.0"),
-            (0.25, "0.25"),
-            (0.001, "0.001"),
-            (2560.0, "2560.0"),
-            (5000.0, "5000.0"),
-            (0.0, "0.0"),
-            (-0.0, "-0.0"),
-            (0.1, "0.1"),
-            (0.3, "0.3"),
-            (1.5, "1.5"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (1.5e-7, "1.5e-07"),
-            (1e15, "1000000000000000.0"),
-            (1e16, "1e+16"),
-            (1.2345e20, "1.2345e+20"),
-            (123.456, "123.456"),
-            (-2.5, "-2.5"),
-            (16777216.0, "16777216.0"),
-            (f64::INFINITY, "+Inf"),
-            (f64::NEG_INFINITY, "-Inf"),
-            (f64::NAN, "NaN"),
-        ];
-        for (v, want) in cases {
-            assert_eq!(python_float_repr(v), want, "{v:?}");
-        }
-    }
-
-    /// Every line as the `prometheus` crate's encoder writes it, but the bounds.
-    #[test]
-    fn matches_the_crates_encoder_but_for_bucket_bounds() {
-        use crate::stats::data::{IterationStats, SchedulerStats};
-        use crate::stats::exporter::build_telemetry;
-        use crate::stats::exporter::test_support::{config, finished};
-        use prometheus::Encoder as _;
-
-        let t = build_telemetry(&config("vllm:")).unwrap();
-        let iteration = IterationStats {
-            num_batched_tokens: 7,
-            time_to_first_token_s: vec![0.9],
-            finished: vec![finished(crate::engine::types::FinishReason::Stop, 3)],
-            ..Default::default()
-        };
-        let instruments = t.instruments.as_ref().unwrap();
-        instruments.record_step_for_test(&SchedulerStats::default(), &iteration);
-        let families = t.registry.gather();
-        let ours = encode(&families, ExpositionFormat::PrometheusText);
-        let mut theirs = Vec::new();
-        prometheus::TextEncoder::new().encode(&families, &mut theirs).unwrap();
-        let theirs = String::from_utf8(theirs).unwrap();
-        assert_eq!(ours.lines().count(), theirs.lines().count());
-        let mut bounds = 0;
-        for (a, b) in ours.lines().zip(theirs.lines()) {
-            let (Some(la), Some(lb)) = (label(a, "le"), label(b, "le")) else {
-                assert_eq!(a, b);
-                continue;
-            };
-            bounds += 1;
-            let strip = |line: &str, le: &str| line.replace(&format!("le=\"{le}\""), "le=\"\"");
-            assert_eq!(strip(a, &la), strip(b, &lb), "{a} / {b}");
-            let parse = |s: &str| {
-                if s == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    s.parse::<f64>().unwrap()
-                }
-            };
-            assert_eq!(parse(&la), parse(&lb));
-            assert!(la.contains('.') || la == "+Inf", "{a}");
-        }
-        assert!(bounds > 100, "{bounds} bucket lines");
-        let ttft = "vllm:time_to_first_token_seconds_bucket";
-        for le in ["0.001", "0.25", "1.0", "2560.0", "+Inf"] {
-            let line = ours
-                .lines()
-                .find(|l| l.starts_with(ttft) && l.contains(&format!("le=\"{le}\"")));
-            assert!(line.is_some(), "no le=\"{le}\" in\n{ours}");
-        }
-        assert!(
-            ours.contains(
-                "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"smollm2\",le=\"1.0\"} 1\n"
-            ),
-            "{ours}"
-        );
-    }
-
-    /// The value of label `name` in a sample line.
-    fn label(line: &str, name: &str) -> Option<String> {
-        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-        let len = line[start..].find('"')?;
-        Some(line[start..start + len].to_owned())
-    }
-}
+mod tests;

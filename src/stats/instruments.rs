@@ -113,6 +113,7 @@ pub mod kiln {
     use super::{Spec, spec};
 
     pub const ENGINE_RESTARTS: Spec = spec("kiln_engine_restarts", "{restart}", "Executor restarts after a panic; each failed its step's requests and emptied the KV and prefix caches.");
+    pub const OTLP_METRIC_EXPORTS: Spec = spec("kiln_otlp_metric_exports", "{export}", "OTLP metric exports (pushes to the collector), by result: success or failure.");
 }
 
 /// GenAI semantic-convention instruments (no prefix).
@@ -364,6 +365,7 @@ pub struct Instruments {
     pub(super) instrumentator: super::instrumentator::InstrumentatorInstruments,
     pub(super) flagged: super::flagged::FlaggedInstruments,
     pub(super) structured: super::structured::StructuredOutputInstruments,
+    pub(super) exemplars: super::exemplars::LatencyExemplars,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
     pub(super) model: [KeyValue; 2],
     /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
@@ -539,6 +541,7 @@ impl Instruments {
             instrumentator: super::instrumentator::InstrumentatorInstruments::new(meter),
             flagged: super::flagged::FlaggedInstruments::new(meter, cfg),
             structured: super::structured::StructuredOutputInstruments::new(meter, &model),
+            exemplars: super::exemplars::LatencyExemplars::new(cfg),
             model,
             by_reason,
             gen_ai_base: [gen_ai_attrs(Operation::Chat), gen_ai_attrs(Operation::TextCompletion)],

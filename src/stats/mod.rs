@@ -4,12 +4,15 @@
 
 pub mod actor;
 pub mod data;
+pub mod exemplars;
+pub mod export_health;
 pub mod exporter;
 pub mod exposition;
 pub mod flagged;
 pub mod http_middleware;
 pub mod instrumentator;
 pub mod instruments;
+pub mod metrics_endpoint;
 pub mod otlp;
 pub mod prompt_source;
 pub mod span_exports;

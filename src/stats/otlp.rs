@@ -16,7 +16,9 @@
 //!    URL (like `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`: for http/protobuf it includes
 //!    `/v1/metrics`; `metrics_endpoint_from_base` derives it from a collector's base URL).
 //!    `--otlp-header` replaces a header of the same name, case-insensitively.
-//! 4. `build_otlp_reader(&cfg)?` goes into `build_telemetry_with_readers(&telemetry, vec![reader])`.
+//! 4. `build_otlp_reader(&cfg, outcomes.clone())?` goes into
+//!    `build_telemetry_with_readers(&telemetry, vec![reader])`, then
+//!    `telemetry.count_otlp_metric_exports(outcomes)` exposes `kiln_otlp_metric_exports_total`.
 //! 5. At exit, `Telemetry::shutdown()` from a thread that may block (after the actix system
 //!    stopped, or `spawn_blocking`): it waits up to 5 s for the final export.
 //!
@@ -55,7 +57,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use opentelemetry_otlp::{MetricExporter, Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
@@ -68,6 +70,8 @@ use serde::{Deserialize, Serialize};
 
 mod env;
 pub(crate) mod transport;
+
+use super::export_health::ExportOutcomes;
 
 pub use env::{
     OtlpSignal, otlp_config_from_env, otlp_config_from_lookup, signal_config_from_lookup, signal_endpoint_from_base,
@@ -253,16 +257,17 @@ pub fn metrics_endpoint_from_base(base: &str, protocol: OtlpProtocol) -> String 
     }
 }
 
-/// Builds the reader to pass to `build_telemetry_with_readers`. Fails on a bad endpoint or
-/// header, so a typo stops startup instead of silently exporting nowhere.
-pub fn build_otlp_reader(cfg: &OtlpConfig) -> Result<Box<dyn MetricReader>, OtlpError> {
+/// Builds the reader to pass to `build_telemetry_with_readers`; each export's result is
+/// counted in `outcomes` (expose them with `Telemetry::count_otlp_metric_exports`). Fails on
+/// a bad endpoint or header, so a typo stops startup instead of silently exporting nowhere.
+pub fn build_otlp_reader(cfg: &OtlpConfig, outcomes: Arc<ExportOutcomes>) -> Result<Box<dyn MetricReader>, OtlpError> {
     for (field, d) in [("interval", cfg.interval), ("timeout", cfg.timeout)] {
         if d.is_zero() {
             return Err(OtlpError::Zero { field });
         }
     }
     check_endpoint(&cfg.endpoint)?;
-    let exporter = KilnExporter::new(cfg)?;
+    let exporter = KilnExporter::new(cfg, outcomes)?;
     let reader = PeriodicReader::builder(exporter).with_interval(cfg.interval).build();
     Ok(Box::new(OtlpReader(reader)))
 }
@@ -319,10 +324,11 @@ struct KilnExporter {
     endpoint: String,
     timeout: Duration,
     failures: Mutex<FailureLog>,
+    outcomes: Arc<ExportOutcomes>,
 }
 
 impl KilnExporter {
-    fn new(cfg: &OtlpConfig) -> Result<Self, OtlpError> {
+    fn new(cfg: &OtlpConfig, outcomes: Arc<ExportOutcomes>) -> Result<Self, OtlpError> {
         let temporality = match cfg.temporality {
             OtlpTemporality::Cumulative => Temporality::Cumulative,
             OtlpTemporality::Delta => Temporality::Delta,
@@ -384,10 +390,12 @@ impl KilnExporter {
             endpoint: cfg.endpoint.clone(),
             timeout: cfg.timeout,
             failures: Mutex::new(FailureLog::default()),
+            outcomes,
         })
     }
 
     fn report(&self, result: OTelSdkResult) {
+        self.outcomes.record(result.is_ok());
         let Ok(mut log) = self.failures.lock() else {
             return;
         };

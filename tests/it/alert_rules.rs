@@ -38,7 +38,7 @@ fn rules_in(edit: impl Fn(String) -> String) -> tempfile::TempDir {
 fn the_alert_rules_check_and_pass_their_unit_tests() {
     let dir = rules_in(|r| r);
     let (ok, out) = promtool(dir.path(), &["check", "rules", "kiln-rules.yaml"]);
-    assert!(ok && out.contains("SUCCESS: 14 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 17 rules found"), "{out}");
     let (ok, out) = promtool(dir.path(), &["test", "rules", "kiln-rules.test.yaml"]);
     assert!(ok && out.contains("SUCCESS"), "{out}");
 }
@@ -46,7 +46,7 @@ fn the_alert_rules_check_and_pass_their_unit_tests() {
 #[test]
 #[ignore = "needs promtool (KILN_TEST_PROMTOOL); .ci/run provides it"]
 fn a_changed_threshold_fails_the_rule_unit_tests() {
-    let edits: [(&str, &str); 6] = [
+    let edits: [(&str, &str); 8] = [
         (
             "job_model:vllm_time_to_first_token_seconds:p95_5m > 2",
             "job_model:vllm_time_to_first_token_seconds:p95_5m > 5",
@@ -67,6 +67,14 @@ fn a_changed_threshold_fails_the_rule_unit_tests() {
         (
             "(deriv(vllm:num_requests_waiting[10m])) > 0",
             "(deriv(vllm:num_requests_waiting[10m])) > 5",
+        ),
+        (
+            "kiln_otlp_export_failures:ratio_rate5m > 0.5",
+            "kiln_otlp_export_failures:ratio_rate5m > 1",
+        ),
+        (
+            "(increase(kiln_otlp_spans_dropped_total[10m])) > 0",
+            "(increase(kiln_otlp_spans_dropped_total[10m])) > 1000",
         ),
     ];
     for (from, to) in edits {

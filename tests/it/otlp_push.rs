@@ -115,7 +115,7 @@ fn push(protocol: OtlpProtocol, port: u16, instance: &str, tweak: impl FnOnce(&m
     cfg.interval = Duration::from_millis(300);
     cfg.timeout = Duration::from_secs(2);
     tweak(&mut cfg);
-    let reader = build_otlp_reader(&cfg).unwrap();
+    let reader = build_otlp_reader(&cfg, Default::default()).unwrap();
     build_telemetry_with_readers(&telemetry_config(instance), vec![reader]).unwrap()
 }
 

@@ -197,23 +197,26 @@ fn bad_endpoints_headers_and_durations_are_refused() {
         ("not a url", "not a url"),
     ];
     for (endpoint, needle) in cases {
-        let err = build_otlp_reader(&OtlpConfig::new(endpoint, OtlpProtocol::HttpProtobuf))
-            .err()
-            .unwrap()
-            .to_string();
+        let err = build_otlp_reader(
+            &OtlpConfig::new(endpoint, OtlpProtocol::HttpProtobuf),
+            Default::default(),
+        )
+        .err()
+        .unwrap()
+        .to_string();
         assert!(err.contains(endpoint) && err.contains(needle), "{err}");
     }
     let mut cfg = OtlpConfig::new("http://127.0.0.1:1", OtlpProtocol::Grpc);
     cfg.set_header("x-key-bin", "AAEC");
-    let err = build_otlp_reader(&cfg).err().unwrap().to_string();
+    let err = build_otlp_reader(&cfg, Default::default()).err().unwrap().to_string();
     assert!(err.contains("\"x-key-bin\""), "{err}");
     let mut cfg = OtlpConfig::new("http://127.0.0.1:1/v1/metrics", OtlpProtocol::HttpProtobuf);
     cfg.set_header("bad name", "v");
-    let err = build_otlp_reader(&cfg).err().unwrap().to_string();
+    let err = build_otlp_reader(&cfg, Default::default()).err().unwrap().to_string();
     assert!(err.contains("\"bad name\""), "{err}");
     cfg.headers.clear();
     cfg.interval = Duration::ZERO;
-    let err = build_otlp_reader(&cfg).err().unwrap().to_string();
+    let err = build_otlp_reader(&cfg, Default::default()).err().unwrap().to_string();
     assert_eq!(err, "OTLP interval must be greater than zero");
 }
 
@@ -238,7 +241,7 @@ fn build_and_drop_inside_a_tokio_runtime() {
         rt.block_on(async {
             let mut cfg = OtlpConfig::new(endpoint(protocol, free_port()), protocol);
             cfg.timeout = Duration::from_millis(500);
-            let reader = build_otlp_reader(&cfg).unwrap();
+            let reader = build_otlp_reader(&cfg, Default::default()).unwrap();
             let t = build_telemetry_with_readers(&config("vllm:"), vec![reader]).unwrap();
             t.provider.as_ref().unwrap().force_flush().unwrap();
             let started = Instant::now();
@@ -258,7 +261,7 @@ fn a_silent_collector_costs_recording_nothing() {
         let mut cfg = OtlpConfig::new(endpoint(protocol, port), protocol);
         cfg.timeout = Duration::from_secs(2);
         cfg.interval = Duration::from_secs(3600);
-        let reader = build_otlp_reader(&cfg).unwrap();
+        let reader = build_otlp_reader(&cfg, Default::default()).unwrap();
         let t = build_telemetry_with_readers(&config("vllm:"), vec![reader]).unwrap();
         let provider = t.provider.clone().unwrap();
         let flush = std::thread::spawn(move || {

@@ -21,6 +21,15 @@ impl PrometheusServer {
     /// As [`start`](Self::start), with extra YAML keys for the job (each line indented four
     /// spaces, e.g. `    scheme: https`).
     pub fn start_with(job: &str, targets: &[String], job_settings: &str) -> Self {
+        Self::launch(job, targets, job_settings, &[])
+    }
+
+    /// As [`start`](Self::start), with exemplar storage on (`/api/v1/query_exemplars`).
+    pub fn start_with_exemplars(job: &str, targets: &[String]) -> Self {
+        Self::launch(job, targets, "", &["--enable-feature=exemplar-storage"])
+    }
+
+    fn launch(job: &str, targets: &[String], job_settings: &str, extra_args: &[&str]) -> Self {
         let binary = super::tool("KILN_TEST_PROMETHEUS");
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("prometheus.yml");
@@ -38,6 +47,7 @@ impl PrometheusServer {
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -1,0 +1,286 @@
+//! The latest exemplar of each histogram series and bucket. The OpenTelemetry SDK (0.33)
+//! records no exemplars and the `prometheus` crate writes no OpenMetrics, so kiln keeps them
+//! itself: the stats actor records traced observations here, and `/metrics` reads a
+//! snapshot when it answers in OpenMetrics. Memory is fixed by label cardinality: one slot
+//! per bucket of each series, overwritten by the next traced observation in that bucket.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use opentelemetry::KeyValue;
+use prometheus::proto::LabelPair;
+
+use super::instruments::{HistogramSpec, InstrumentsConfig, engine, engine_metric_name, gen_ai};
+use crate::engine::trace_context::TraceContext;
+
+/// A traced observation that stands for its bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exemplar {
+    pub trace: TraceContext,
+    pub value: f64,
+    /// When it was observed, Unix seconds.
+    pub timestamp_s: f64,
+}
+
+/// A histogram that carries exemplars: its exposed family name and its bucket bounds.
+#[derive(Debug, Clone)]
+pub struct ExemplarHistogram {
+    family: Arc<str>,
+    bounds: Arc<[f64]>,
+}
+
+impl ExemplarHistogram {
+    /// `name` and `unit` as the instrument declares them; the family is named as the
+    /// Prometheus exporter exposes it (invalid characters become `_`, unit `s` adds
+    /// `_seconds`), so `/metrics` finds the series by the name it writes.
+    pub fn new(name: &str, unit: &str, bounds: Vec<f64>) -> Self {
+        let mut family = sanitize(name, true);
+        if unit == "s" {
+            family.push_str("_seconds");
+        }
+        Self {
+            family: family.into(),
+            bounds: bounds.into(),
+        }
+    }
+
+    pub fn family(&self) -> &str {
+        &self.family
+    }
+}
+
+/// The exemplars of one series: a slot per bound, the last one for `+Inf`.
+#[derive(Debug, Clone)]
+pub struct SeriesExemplars {
+    bounds: Arc<[f64]>,
+    slots: Vec<Option<Exemplar>>,
+}
+
+impl SeriesExemplars {
+    /// The exemplar of the bucket whose upper bound is `le`.
+    pub fn for_bucket(&self, le: f64) -> Option<&Exemplar> {
+        let index = if le == f64::INFINITY {
+            self.bounds.len()
+        } else {
+            self.bounds.iter().position(|b| *b == le)?
+        };
+        self.slots.get(index)?.as_ref()
+    }
+
+    /// Index of the bucket `value` lands in: the first bound ≥ value, else `+Inf`.
+    fn bucket_of(&self, value: f64) -> usize {
+        self.bounds.partition_point(|b| *b < value)
+    }
+}
+
+/// Label pairs as exposed (names sanitized), sorted by name: a series' identity.
+type LabelKey = Vec<(String, String)>;
+
+/// A copy of every series' exemplars, read by the encoder without holding the store's lock.
+#[derive(Debug, Clone, Default)]
+pub struct ExemplarSnapshot {
+    families: HashMap<Arc<str>, HashMap<LabelKey, SeriesExemplars>>,
+}
+
+impl ExemplarSnapshot {
+    /// The exemplars of family `family`'s series with exactly `labels`, if any was recorded.
+    pub fn series(&self, family: &str, labels: &[LabelPair]) -> Option<&SeriesExemplars> {
+        let series = self.families.get(family)?;
+        let mut key: LabelKey = labels
+            .iter()
+            .map(|p| (p.name().to_owned(), p.value().to_owned()))
+            .collect();
+        key.sort();
+        series.get(&key)
+    }
+
+    /// How many series hold at least one slot (bounded by label cardinality).
+    pub fn series_count(&self) -> usize {
+        self.families.values().map(HashMap::len).sum()
+    }
+}
+
+/// Shared between the stats actor (writes) and `/metrics` (snapshots).
+#[derive(Debug, Default)]
+pub struct ExemplarStore {
+    inner: Mutex<ExemplarSnapshot>,
+}
+
+impl ExemplarStore {
+    /// Makes `trace`'s observation `value` the exemplar of its bucket in the series of
+    /// `histogram` with `labels` (the attributes the observation was recorded with).
+    pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: TraceContext) {
+        let timestamp_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut key: LabelKey = labels
+            .iter()
+            .map(|kv| (sanitize(kv.key.as_str(), false), kv.value.as_str().into_owned()))
+            .collect();
+        key.sort();
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let series = inner
+            .families
+            .entry(histogram.family.clone())
+            .or_default()
+            .entry(key)
+            .or_insert_with(|| SeriesExemplars {
+                bounds: histogram.bounds.clone(),
+                slots: vec![None; histogram.bounds.len() + 1],
+            });
+        let bucket = series.bucket_of(value);
+        series.slots[bucket] = Some(Exemplar {
+            trace,
+            value,
+            timestamp_s,
+        });
+    }
+
+    /// A consistent copy for one `/metrics` answer.
+    pub fn snapshot(&self) -> ExemplarSnapshot {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+}
+
+/// The latency histograms that carry exemplars (TTFT, ITL, TPOT, the request intervals and
+/// the GenAI ones), named and bucketed as `Instruments` declares them, and the store they
+/// record into.
+pub(super) struct LatencyExemplars {
+    pub(super) store: Arc<ExemplarStore>,
+    pub(super) ttft: ExemplarHistogram,
+    pub(super) itl: ExemplarHistogram,
+    pub(super) tpot: ExemplarHistogram,
+    pub(super) e2e: ExemplarHistogram,
+    pub(super) queue: ExemplarHistogram,
+    pub(super) prefill: ExemplarHistogram,
+    pub(super) decode: ExemplarHistogram,
+    pub(super) inference: ExemplarHistogram,
+    pub(super) gen_ai_duration: ExemplarHistogram,
+    pub(super) gen_ai_ttft: ExemplarHistogram,
+    pub(super) gen_ai_tpot: ExemplarHistogram,
+}
+
+impl LatencyExemplars {
+    pub(super) fn new(cfg: &InstrumentsConfig<'_>) -> Self {
+        let histogram = |h: HistogramSpec, prefix: &str| {
+            let name = engine_metric_name(prefix, h.spec.name);
+            ExemplarHistogram::new(&name, h.spec.unit, cfg.buckets.bounds(h.buckets))
+        };
+        let p = cfg.engine_prefix;
+        Self {
+            store: Arc::default(),
+            ttft: histogram(engine::TIME_TO_FIRST_TOKEN, p),
+            itl: histogram(engine::INTER_TOKEN_LATENCY, p),
+            tpot: histogram(engine::TIME_PER_OUTPUT_TOKEN, p),
+            e2e: histogram(engine::E2E_REQUEST_LATENCY, p),
+            queue: histogram(engine::REQUEST_QUEUE_TIME, p),
+            prefill: histogram(engine::REQUEST_PREFILL_TIME, p),
+            decode: histogram(engine::REQUEST_DECODE_TIME, p),
+            inference: histogram(engine::REQUEST_INFERENCE_TIME, p),
+            gen_ai_duration: histogram(gen_ai::REQUEST_DURATION, ""),
+            gen_ai_ttft: histogram(gen_ai::TIME_TO_FIRST_TOKEN, ""),
+            gen_ai_tpot: histogram(gen_ai::TIME_PER_OUTPUT_TOKEN, ""),
+        }
+    }
+
+    /// Records `value` as an exemplar when the request it belongs to is traced.
+    pub(super) fn record(
+        &self,
+        histogram: &ExemplarHistogram,
+        labels: &[KeyValue],
+        value: f64,
+        trace: Option<TraceContext>,
+    ) {
+        if let Some(trace) = trace {
+            self.store.record(histogram, labels, value, trace);
+        }
+    }
+}
+
+/// Prometheus names allow `[a-zA-Z0-9_:]` (labels: no `:`); the exporter turns anything
+/// else (the semantic conventions' dots) into `_`.
+fn sanitize(name: &str, colons: bool) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || (colons && c == ':') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace(n: u8) -> TraceContext {
+        TraceContext {
+            trace_id: [n; 16],
+            span_id: [n; 8],
+        }
+    }
+
+    fn label(name: &str, value: &str) -> LabelPair {
+        let mut p = LabelPair::default();
+        p.set_name(name.to_owned());
+        p.set_value(value.to_owned());
+        p
+    }
+
+    #[test]
+    fn names_are_the_exposed_ones() {
+        let h = ExemplarHistogram::new("gen_ai.server.time_to_first_token", "s", vec![1.0]);
+        assert_eq!(h.family(), "gen_ai_server_time_to_first_token_seconds");
+        let h = ExemplarHistogram::new("vllm:time_to_first_token", "s", vec![1.0]);
+        assert_eq!(h.family(), "vllm:time_to_first_token_seconds");
+    }
+
+    #[test]
+    fn each_observation_lands_in_its_bucket_and_the_latest_wins() {
+        let store = ExemplarStore::default();
+        let h = ExemplarHistogram::new("vllm:e2e", "s", vec![0.5, 1.0, 2.0]);
+        let labels = [KeyValue::new("model_name", "m"), KeyValue::new("engine", "0")];
+        let key = [label("engine", "0"), label("model_name", "m")];
+        store.record(&h, &labels, 1.0, trace(2)); // on a bound: that bucket (le is inclusive)
+        let first = store.snapshot();
+        let on_bound = first.series("vllm:e2e_seconds", &key).unwrap().for_bucket(1.0);
+        assert_eq!(on_bound.map(|e| e.trace), Some(trace(2)));
+        store.record(&h, &labels, 0.9, trace(3)); // replaces trace 2 in (0.5, 1.0]
+        store.record(&h, &labels, 1.5, trace(1));
+        store.record(&h, &labels, 9.0, trace(4));
+        let snapshot = store.snapshot();
+        // The encoder's label order (sorted by the exporter) finds the series.
+        let series = snapshot.series("vllm:e2e_seconds", &key).expect("series");
+        assert_eq!(series.for_bucket(0.5), None);
+        let in_one = series.for_bucket(1.0).unwrap();
+        assert_eq!((in_one.trace, in_one.value), (trace(3), 0.9));
+        assert!(in_one.timestamp_s > 1.7e9, "{}", in_one.timestamp_s);
+        assert_eq!(series.for_bucket(2.0).unwrap().trace, trace(1));
+        assert_eq!(series.for_bucket(f64::INFINITY).unwrap().value, 9.0);
+        assert_eq!(series.for_bucket(3.0), None, "not a bound");
+        assert!(snapshot.series("vllm:e2e_seconds", &[label("engine", "0")]).is_none());
+    }
+
+    #[test]
+    fn memory_is_bounded_by_series_not_by_observations() {
+        let store = ExemplarStore::default();
+        let h = ExemplarHistogram::new("gen_ai.server.request.duration", "s", vec![0.1, 1.0]);
+        for i in 0..10_000u32 {
+            let op = if i % 2 == 0 { "chat" } else { "text_completion" };
+            let labels = [KeyValue::new("gen_ai.operation.name", op)];
+            store.record(&h, &labels, f64::from(i % 7) * 0.3, trace((i % 250) as u8));
+        }
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.series_count(), 2);
+        let chat = snapshot
+            .series(
+                "gen_ai_server_request_duration_seconds",
+                &[label("gen_ai_operation_name", "chat")],
+            )
+            .unwrap();
+        assert_eq!(chat.slots.len(), 3);
+    }
+}

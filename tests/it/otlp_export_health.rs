@@ -1,0 +1,109 @@
+//! `kiln_otlp_metric_exports_total{result}`: a real kiln pushing to a real receiver
+//! (oteltap, `KILN_TEST_OTELTAP`) counts successes, and the counter itself reaches the
+//! collector; pushing to a closed loopback port counts failures. Both read from `/metrics`.
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kiln::executor::fake::FakeBehaviour;
+
+use crate::common::process::free_port;
+use crate::common::{Tiny, metric_value, scrape_until, start_fake, tool};
+
+const EXPORTS: &str = "kiln_otlp_metric_exports_total";
+
+/// A kiln pushing metrics every 200 ms to `http://127.0.0.1:{port}/v1/metrics`.
+fn pushing_to(port: u16) -> Tiny {
+    start_fake(FakeBehaviour::default(), |c| {
+        c.telemetry.otlp_endpoint = format!("http://127.0.0.1:{port}/v1/metrics");
+        c.telemetry.otlp_interval_s = 0.2;
+        c.telemetry.otlp_timeout_s = 2.0;
+    })
+}
+
+fn exports(text: &str, result: &str) -> f64 {
+    metric_value(text, EXPORTS, &format!("result=\"{result}\"")).expect("both result series exist")
+}
+
+/// oteltap on `port`, printing what it receives as NDJSON into a file; killed when dropped.
+struct Oteltap {
+    child: Child,
+    out: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Oteltap {
+    fn start(port: u16) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("oteltap.ndjson");
+        let file = std::fs::File::create(&out).expect("output file");
+        let child = Command::new(tool("KILN_TEST_OTELTAP"))
+            .env("PYTHONUNBUFFERED", "1")
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start oteltap");
+        let tap = Self { child, out, _dir: dir };
+        poll("oteltap to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        tap
+    }
+
+    fn received(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+}
+
+impl Drop for Oteltap {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `done` every 50 ms for up to 30 s; panics naming `what`.
+fn poll(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "needs oteltap (KILN_TEST_OTELTAP); .ci/run provides it"]
+fn successful_pushes_are_counted_and_the_count_is_pushed_too() {
+    let port = free_port();
+    let tap = Oteltap::start(port);
+    let t = pushing_to(port);
+    let text = scrape_until(&t, |m| {
+        metric_value(m, EXPORTS, "result=\"success\"").is_some_and(|v| v >= 2.0)
+    });
+    assert_eq!(exports(&text, "failure"), 0.0, "{text}");
+    // The counter is an instrument like the others: it reaches the collector itself.
+    poll("the export counter at oteltap", || {
+        tap.received().lines().any(|l| {
+            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|m| m["name"] == "kiln_otlp_metric_exports")
+        })
+    });
+}
+
+#[test]
+fn pushes_to_a_closed_port_are_counted_as_failures() {
+    let t = pushing_to(free_port());
+    let text = scrape_until(&t, |m| {
+        metric_value(m, EXPORTS, "result=\"failure\"").is_some_and(|v| v >= 2.0)
+    });
+    assert_eq!(exports(&text, "success"), 0.0, "{text}");
+    assert!(text.contains(&format!("# TYPE {EXPORTS} counter")));
+}
+
+#[test]
+fn without_otlp_both_series_read_zero() {
+    let t = start_fake(FakeBehaviour::default(), |_| {});
+    let (_, text) = t.get_text("/metrics");
+    assert_eq!(exports(&text, "success"), 0.0);
+    assert_eq!(exports(&text, "failure"), 0.0);
+}
