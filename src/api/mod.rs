@@ -17,11 +17,13 @@ pub mod openai_types;
 pub mod openapi;
 pub mod pipeline;
 pub mod prompt;
+pub mod prompt_echo;
 pub mod routes;
 pub mod service_types;
 pub mod sse;
 pub mod stall_watch;
 pub mod stop_strings;
+pub mod tokenize;
 pub mod validation;
 
 use std::sync::Arc;

@@ -15,6 +15,7 @@ use super::limits::{PromptSize, check_limits};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
 use super::prompt::{ParamNames, check_prompt};
 use super::sse::{ChunkFormat, PromptUsage, sse_response};
+use super::validation::check_logit_bias_ids;
 use super::{AppState, ServedModel, unix_now};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -108,6 +109,7 @@ pub async fn serve<E: Endpoint>(state: &AppState, request: E::Request) -> Result
     let arrival = Instant::now();
     state.check_model(E::requested_model(&request))?;
     let params = E::sampling_params(&request)?;
+    check_logit_bias_ids(&params, state.model.token_id_bound)?;
     check_limits(&state.limits, E::prompt_size(&request), &params, E::PROMPT_PARAM)?;
     let names = ParamNames {
         prompt: E::PROMPT_PARAM,

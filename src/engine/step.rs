@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use actix::Message;
 
-use crate::engine::events::TokenLogprobs;
+use crate::engine::events::{PromptLogprobs, TokenLogprobs};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::RequestId;
 
@@ -73,6 +73,8 @@ pub struct SampledToken {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelOutput {
     pub sampled: Vec<Option<SampledToken>>,
+    /// Prompt logprobs computed this step, for the sequences that asked for them.
+    pub prompt_logprobs: Vec<(RequestId, PromptLogprobs)>,
 }
 
 /// Run one step.

@@ -77,7 +77,10 @@ impl Executor for FakeExecutor {
                 })
             })
             .collect();
-        Ok(ModelOutput { sampled })
+        Ok(ModelOutput {
+            sampled,
+            ..Default::default()
+        })
     }
 
     fn reset(&mut self) {

@@ -4,8 +4,10 @@ pub mod actor;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod host_pool;
+pub mod logit_masks;
 pub mod model_runner;
 pub mod previous_samples;
+pub mod prompt_logprobs;
 pub mod sampler;
 
 pub use actor::{ExecutorActor, start_executor};

@@ -5,6 +5,7 @@ use rand::rngs::StdRng;
 
 use super::Executor;
 use super::host_pool::HostKvPool;
+use super::prompt_logprobs::{chunk_prompt_logprobs, logit_rows, wants_prompt_logprobs};
 use super::sampler::{SamplingContext, sample, token_rng};
 use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
@@ -19,6 +20,8 @@ pub struct ModelRunner {
     /// Logits at and past this id are padding rows of the embedding, with no token behind
     /// them: they are never sampled.
     sampleable_vocab: usize,
+    /// Ids that end a choice, masked until a request's `min_tokens` are out.
+    end_of_generation: Vec<u32>,
 }
 
 impl ModelRunner {
@@ -31,6 +34,7 @@ impl ModelRunner {
             host: HostKvPool::new(host_blocks),
             rng: StdRng::from_os_rng(),
             sampleable_vocab: usize::MAX,
+            end_of_generation: Vec::new(),
         }
     }
 
@@ -38,6 +42,12 @@ impl ModelRunner {
     /// vocabulary is padded beyond the tokenizer's.
     pub fn sampling_only_below(mut self, token_id_bound: usize) -> Self {
         self.sampleable_vocab = token_id_bound;
+        self
+    }
+
+    /// The model's end-of-generation ids, which `min_tokens` keeps from being sampled early.
+    pub fn ending_generation_on(mut self, ids: Vec<u32>) -> Self {
+        self.end_of_generation = ids;
         self
     }
 
@@ -54,6 +64,7 @@ impl ModelRunner {
                 start_position: s.start_position,
                 block_table: s.block_table.clone(),
                 wants_logits: s.sample,
+                all_logits: wants_prompt_logprobs(s),
             })
             .collect();
         if !seqs.iter().any(|s| !s.token_ids.is_empty()) {
@@ -68,35 +79,49 @@ impl Executor for ModelRunner {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
         let vocab = self.model.config.vocab_size;
         let mut logits = self.logits(batch);
-        let wanted = batch.sequences.iter().filter(|s| s.sample).count();
+        let wanted: usize = batch.sequences.iter().map(logit_rows).sum();
         if logits.len() != wanted * vocab {
             return Err(ExecutorError::Failed(format!(
                 "expected {wanted} rows of logits, got {} values",
                 logits.len()
             )));
         }
-        let mut rows = logits.chunks_mut(vocab);
+        for row in logits.chunks_mut(vocab) {
+            if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
+                padding.fill(f32::NEG_INFINITY);
+            }
+        }
+        let mut rest = logits.as_mut_slice();
+        let mut prompt_logprobs = Vec::new();
         let sampled = batch
             .sequences
             .iter()
             .map(|s| {
+                let (rows, after) = std::mem::take(&mut rest).split_at_mut(logit_rows(s) * vocab);
+                rest = after;
+                if wants_prompt_logprobs(s) {
+                    prompt_logprobs.push((s.id.clone(), chunk_prompt_logprobs(rows, vocab, s)));
+                }
                 if !s.sample {
                     return None;
                 }
-                let row = rows.next().expect("one row per sampled sequence");
-                if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
-                    padding.fill(f32::NEG_INFINITY);
-                }
+                let last = rows.len() - vocab;
+                let row = &mut rows[last..];
                 let ctx = SamplingContext {
                     params: &s.params,
                     output_token_ids: &s.output_token_ids,
                     prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
+                    num_generated: s.num_generated,
+                    end_of_generation: &self.end_of_generation,
                 };
                 let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
                 Some(sample(row, &ctx, &mut rng))
             })
             .collect();
-        Ok(ModelOutput { sampled })
+        Ok(ModelOutput {
+            sampled,
+            prompt_logprobs,
+        })
     }
 
     fn reset(&mut self) {

@@ -81,6 +81,7 @@ mod tests {
                 .iter()
                 .map(|t| t.map(|token| SampledToken { token, logprobs: None }))
                 .collect(),
+            ..Default::default()
         }
     }
 
