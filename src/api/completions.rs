@@ -15,9 +15,9 @@ use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
     PromptLogprob, PromptLogprobMap, TopLogprobMap, Usage, finite_logprob,
 };
-use super::prompt_echo::PromptPositionDetail;
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
+use super::prompt_echo::PromptPositionDetail;
 use super::sse::{ChunkFormat, sse_data};
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;
@@ -115,10 +115,9 @@ fn fill_in_the_middle(tokenizer: &Tokenizer, prompt: PromptInput, suffix: &str) 
     match prompt {
         PromptInput::Text(text) => Ok(PromptInput::Text(wrap(text))),
         PromptInput::TextBatch(texts) => Ok(PromptInput::TextBatch(texts.into_iter().map(wrap).collect())),
-        PromptInput::Tokens(_) | PromptInput::TokenBatch(_) => Err(ApiError::invalid(
-            "suffix",
-            "`suffix` is served with text prompts only",
-        )),
+        PromptInput::Tokens(_) | PromptInput::TokenBatch(_) => {
+            Err(ApiError::invalid("suffix", "`suffix` is served with text prompts only"))
+        }
     }
 }
 
@@ -131,9 +130,8 @@ fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionL
         // NaN: the first token of an echoed prompt, which has no logprob (null, as OpenAI).
         let scored = !t.logprob.is_nan();
         out.token_logprobs.push(scored.then(|| finite_logprob(t.logprob)));
-        out.top_logprobs.push(scored.then(|| {
-            TopLogprobMap(t.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect())
-        }));
+        out.top_logprobs
+            .push(scored.then(|| TopLogprobMap(t.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect())));
         out.text_offset.push(offset);
         offset += t.text.len() as u32;
     }

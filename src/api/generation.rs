@@ -141,7 +141,11 @@ impl ChoiceStream {
             && let Some(preamble) = self.echo.take(&self.tokenizer)
         {
             delta.text.insert_str(0, &preamble.text);
-            delta.tokens = preamble.tokens.into_iter().chain(std::mem::take(&mut delta.tokens)).collect();
+            delta.tokens = preamble
+                .tokens
+                .into_iter()
+                .chain(std::mem::take(&mut delta.tokens))
+                .collect();
             delta.prompt_logprobs = preamble.prompt_logprobs;
         }
         next

@@ -61,7 +61,11 @@ pub async fn tokenize(
             state.check_model(r.model.as_deref())?;
             let add_special_tokens = r.add_special_tokens.unwrap_or(false);
             let return_token_strs = r.return_token_strs;
-            (render_chat(&model.chat_template, r).await?, add_special_tokens, return_token_strs)
+            (
+                render_chat(&model.chat_template, r).await?,
+                add_special_tokens,
+                return_token_strs,
+            )
         }
     };
     let tokenizer = Arc::clone(&model.tokenizer);
@@ -86,9 +90,12 @@ fn encode(
         .encode(text, add_special_tokens)
         .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenise: {e}")))?;
     let tokens = encoding.get_ids().to_vec();
-    let strs = return_token_strs
-        .unwrap_or(false)
-        .then(|| tokens.iter().map(|&t| tokenizer.id_to_token(t).unwrap_or_default()).collect());
+    let strs = return_token_strs.unwrap_or(false).then(|| {
+        tokens
+            .iter()
+            .map(|&t| tokenizer.id_to_token(t).unwrap_or_default())
+            .collect()
+    });
     Ok((tokens, strs))
 }
 

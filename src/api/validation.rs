@@ -445,7 +445,10 @@ mod tests {
     fn completion_specific_rules() {
         assert_eq!(rejected_param(completion(json!({"logprobs": 21}))), "logprobs");
         assert_eq!(rejected_param(completion(json!({"best_of": 2}))), "best_of");
-        assert_eq!(rejected_param(completion(json!({"prompt_logprobs": 21}))), "prompt_logprobs");
+        assert_eq!(
+            rejected_param(completion(json!({"prompt_logprobs": 21}))),
+            "prompt_logprobs"
+        );
         assert_eq!(rejected_param(chat(json!({"prompt_logprobs": 1}))), "prompt_logprobs");
         let p = completion(json!({"echo": true, "logprobs": 3, "prompt_logprobs": 1})).unwrap();
         assert!(p.echo && p.return_prompt_logprobs);
@@ -460,7 +463,11 @@ mod tests {
         assert_eq!(err.param(), Some("logit_bias"));
         let p = completion(json!({"min_tokens": 4, "max_tokens": 4, "prompt_logprobs": 2})).unwrap();
         assert_eq!((p.min_tokens, p.prompt_logprobs), (4, Some(2)));
-        assert_eq!(chat(json!({"min_tokens": 4000})).unwrap().min_tokens, 4000, "open max_tokens");
+        assert_eq!(
+            chat(json!({"min_tokens": 4000})).unwrap().min_tokens,
+            4000,
+            "open max_tokens"
+        );
         for prompt in [json!(""), json!([]), json!(["a", ""]), json!([[1], []])] {
             assert_eq!(rejected_param(completion(json!({"prompt": prompt}))), "prompt");
         }

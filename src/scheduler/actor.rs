@@ -90,7 +90,12 @@ impl SchedulerActor {
                 Ok(Ok(mut output)) => {
                     // Prompt logprobs go out first: they come before the request's tokens.
                     let prompt = std::mem::take(&mut output.prompt_logprobs);
-                    act.deliver(prompt.into_iter().map(|(id, p)| (id, TokenEvent::PromptLogprobs(p))).collect());
+                    act.deliver(
+                        prompt
+                            .into_iter()
+                            .map(|(id, p)| (id, TokenEvent::PromptLogprobs(p)))
+                            .collect(),
+                    );
                     act.scheduler.update_from_output(&batch, output, now)
                 }
                 Ok(Err(error)) => act.fail_step(error, now),

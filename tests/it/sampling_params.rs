@@ -17,7 +17,9 @@ fn ids(v: &Value) -> Vec<u64> {
 
 fn greedy(t: &Tiny, extra: Value) -> Value {
     let mut body = json!({"prompt": "hello world", "max_tokens": 6, "temperature": 0, "ignore_eos": true});
-    body.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+    body.as_object_mut()
+        .expect("object")
+        .extend(extra.as_object().expect("object").clone());
     let (status, v) = t.post("/v1/completions", &body);
     assert_eq!(status, 200, "{body} -> {v}");
     v
@@ -53,12 +55,21 @@ fn tokenize_and_detokenize_speak_vllms_shapes() {
     let messages = json!([{"role": "user", "content": "hi"}]);
     let (s, with) = t.post("/tokenize", &json!({"messages": messages}));
     assert_eq!(s, 200, "{with}");
-    let (s, without) = t.post("/tokenize", &json!({"messages": messages, "add_generation_prompt": false}));
+    let (s, without) = t.post(
+        "/tokenize",
+        &json!({"messages": messages, "add_generation_prompt": false}),
+    );
     assert_eq!(s, 200, "{without}");
-    assert!(with["count"].as_u64() > without["count"].as_u64(), "{with} vs {without}");
+    assert!(
+        with["count"].as_u64() > without["count"].as_u64(),
+        "{with} vs {without}"
+    );
     assert!(with.get("token_strs").is_none(), "only when asked");
 
-    assert_eq!(refused_param(&t, "/detokenize", json!({"tokens": [1, 99999999]})), "tokens");
+    assert_eq!(
+        refused_param(&t, "/detokenize", json!({"tokens": [1, 99999999]})),
+        "tokens"
+    );
     assert_eq!(
         refused_param(&t, "/tokenize", json!({"prompt": "a", "messages": messages})),
         "messages"
@@ -100,7 +111,12 @@ fn logit_bias_forces_and_bans_tokens_on_both_endpoints() {
     let (_, two) = t.post("/detokenize", &json!({"tokens": [forced, forced]}));
     assert_eq!(chat["choices"][0]["message"]["content"], two["prompt"], "{chat}");
 
-    for bad in [json!({"99999999": 1}), json!({"abc": 1}), json!({"5": 101}), json!({"5": -100.5})] {
+    for bad in [
+        json!({"99999999": 1}),
+        json!({"abc": 1}),
+        json!({"5": 101}),
+        json!({"5": -100.5}),
+    ] {
         let body = json!({"prompt": "hi", "logit_bias": bad});
         assert_eq!(refused_param(&t, "/v1/completions", body), "logit_bias");
         let body = json!({"messages": [{"role": "user", "content": "hi"}], "logit_bias": bad});
@@ -124,7 +140,11 @@ fn min_tokens_masks_stop_tokens_until_reached() {
     assert!(n >= 4, "min_tokens 4 gave {n} tokens: {held}");
 
     assert_eq!(
-        refused_param(&t, "/v1/completions", json!({"prompt": "a", "min_tokens": 5, "max_tokens": 4})),
+        refused_param(
+            &t,
+            "/v1/completions",
+            json!({"prompt": "a", "min_tokens": 5, "max_tokens": 4})
+        ),
         "min_tokens"
     );
     assert_eq!(
@@ -136,12 +156,21 @@ fn min_tokens_masks_stop_tokens_until_reached() {
 #[test]
 fn echo_returns_the_prompt_and_its_logprobs_which_match_prompt_logprobs() {
     let t = start_tiny(|_| {});
-    let (_, tok) = t.post("/tokenize", &json!({"prompt": "hello world", "add_special_tokens": false}));
+    let (_, tok) = t.post(
+        "/tokenize",
+        &json!({"prompt": "hello world", "add_special_tokens": false}),
+    );
     let prompt_len = ids(&tok["tokens"]).len();
-    let v = greedy(&t, json!({"echo": true, "logprobs": 1, "prompt_logprobs": 1, "max_tokens": 2}));
+    let v = greedy(
+        &t,
+        json!({"echo": true, "logprobs": 1, "prompt_logprobs": 1, "max_tokens": 2}),
+    );
     let choice = &v["choices"][0];
     let text = choice["text"].as_str().expect("text");
-    assert!(text.starts_with("hello world") && text.len() > "hello world".len(), "{text:?}");
+    assert!(
+        text.starts_with("hello world") && text.len() > "hello world".len(),
+        "{text:?}"
+    );
     let lp = &choice["logprobs"];
     let token_logprobs = lp["token_logprobs"].as_array().expect("token_logprobs");
     assert_eq!(token_logprobs.len(), prompt_len + 2, "{lp}");
@@ -158,13 +187,24 @@ fn echo_returns_the_prompt_and_its_logprobs_which_match_prompt_logprobs() {
         let echoed = token_logprobs[p].as_f64().expect("echoed logprob");
         assert!((echoed - logprob).abs() < 1e-4, "position {p}: {echoed} vs {logprob}");
     }
-    assert_eq!(v["usage"]["completion_tokens"], 2, "the echo is not billed as completion");
+    assert_eq!(
+        v["usage"]["completion_tokens"], 2,
+        "the echo is not billed as completion"
+    );
 
     // Echo alone: the prompt text, no logprobs.
     let v = greedy(&t, json!({"echo": true, "max_tokens": 1}));
-    assert!(v["choices"][0]["text"].as_str().expect("text").starts_with("hello world"));
+    assert!(
+        v["choices"][0]["text"]
+            .as_str()
+            .expect("text")
+            .starts_with("hello world")
+    );
     assert!(v["choices"][0]["logprobs"].is_null());
-    assert_eq!(refused_param(&t, "/v1/completions", json!({"prompt": "a", "prompt_logprobs": 21})), "prompt_logprobs");
+    assert_eq!(
+        refused_param(&t, "/v1/completions", json!({"prompt": "a", "prompt_logprobs": 21})),
+        "prompt_logprobs"
+    );
 }
 
 #[test]
@@ -184,9 +224,17 @@ fn prompt_logprobs_skip_the_prefix_cache() {
     let (s, again) = t.post("/v1/completions", &body);
     assert_eq!(s, 200);
     assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{again}");
-    let entries = again["choices"][0]["prompt_logprobs"].as_array().expect("prompt_logprobs");
-    assert_eq!(entries.len() as u64, again["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens"));
-    assert_eq!(first["choices"][0]["prompt_logprobs"], again["choices"][0]["prompt_logprobs"]);
+    let entries = again["choices"][0]["prompt_logprobs"]
+        .as_array()
+        .expect("prompt_logprobs");
+    assert_eq!(
+        entries.len() as u64,
+        again["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens")
+    );
+    assert_eq!(
+        first["choices"][0]["prompt_logprobs"],
+        again["choices"][0]["prompt_logprobs"]
+    );
 }
 
 #[test]
@@ -248,7 +296,10 @@ fn the_real_tokenizer_round_trips_through_tokenize_and_detokenize() {
         let v = post("/tokenize", json!({"prompt": text, "return_token_strs": true}));
         assert_eq!(ids(&v["tokens"]), ids(&case["prompt_ids"]), "case {}", case["name"]);
         assert!(v["max_model_len"].as_u64() > Some(0), "{v}");
-        assert_eq!(v["token_strs"].as_array().map(Vec::len), Some(v["tokens"].as_array().expect("tokens").len()));
+        assert_eq!(
+            v["token_strs"].as_array().map(Vec::len),
+            Some(v["tokens"].as_array().expect("tokens").len())
+        );
         let back = post("/detokenize", json!({"tokens": v["tokens"]}));
         assert_eq!(back["prompt"], text, "case {}", case["name"]);
     }

@@ -4,9 +4,9 @@
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
+use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
 use utoipa::{PartialSchema, ToSchema};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -43,7 +43,9 @@ impl PartialSchema for PromptLogprobMap {
         ObjectBuilder::new()
             .schema_type(Type::Object)
             .additional_properties(Some(AdditionalProperties::RefOr(PromptLogprob::schema())))
-            .description(Some("Token id to its logprob, rank and text; the prompt's token first."))
+            .description(Some(
+                "Token id to its logprob, rank and text; the prompt's token first.",
+            ))
             .into()
     }
 }
