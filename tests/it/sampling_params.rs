@@ -94,13 +94,16 @@ fn logit_bias_forces_and_bans_tokens_on_both_endpoints() {
     let (_, back) = t.post("/detokenize", &json!({"tokens": [forced, forced, forced]}));
     assert_eq!(text, back["prompt"], "+100 makes greedy output that token every time");
 
-    // -100 on the greedy first token: another token comes first.
-    let plain = greedy(&t, json!({"max_tokens": 1, "logprobs": 1}));
-    let first_text = plain["choices"][0]["text"].as_str().expect("text").to_owned();
-    let (_, v) = t.post("/tokenize", &json!({"prompt": first_text, "add_special_tokens": false}));
-    let first = ids(&v["tokens"])[0];
-    let banned = greedy(&t, json!({"max_tokens": 1, "logit_bias": { first.to_string(): -100 }}));
-    assert_ne!(banned["choices"][0]["text"].as_str(), Some(first_text.as_str()));
+    // -100 on that token beside +99 on another: the other one comes instead.
+    let (_, v) = t.post("/tokenize", &json!({"prompt": "k", "add_special_tokens": false}));
+    let other = ids(&v["tokens"])[0];
+    assert_ne!(other, forced);
+    let (_, other_text) = t.post("/detokenize", &json!({"tokens": [other]}));
+    let banned = greedy(
+        &t,
+        json!({"max_tokens": 1, "logit_bias": { forced.to_string(): -100, other.to_string(): 99 }}),
+    );
+    assert_eq!(banned["choices"][0]["text"], other_text["prompt"], "{banned}");
 
     let (s, chat) = t.post(
         "/v1/chat/completions",
@@ -127,15 +130,17 @@ fn logit_bias_forces_and_bans_tokens_on_both_endpoints() {
 #[test]
 fn min_tokens_masks_stop_tokens_until_reached() {
     let t = start_tiny(|_| {});
-    // Greedy output repeats: stopping on its first token ends it at once ...
-    let plain = greedy(&t, json!({"max_tokens": 1}));
-    let first_text = plain["choices"][0]["text"].as_str().expect("text").to_owned();
-    let (_, v) = t.post("/tokenize", &json!({"prompt": first_text, "add_special_tokens": false}));
+    // A token forced by logit_bias and named as a stop token ends the choice at once ...
+    let (_, v) = t.post("/tokenize", &json!({"prompt": " zebra", "add_special_tokens": false}));
     let first = ids(&v["tokens"])[0];
-    let stopped = greedy(&t, json!({"stop_token_ids": [first], "ignore_eos": false}));
+    let bias = json!({ first.to_string(): 100 });
+    let stopped = greedy(&t, json!({"stop_token_ids": [first], "logit_bias": bias}));
     assert_eq!(stopped["usage"]["completion_tokens"], 1, "{stopped}");
     // ... unless min_tokens holds it back, then it may stop after them.
-    let held = greedy(&t, json!({"stop_token_ids": [first], "min_tokens": 4, "max_tokens": 6}));
+    let held = greedy(
+        &t,
+        json!({"stop_token_ids": [first], "logit_bias": bias, "min_tokens": 4, "max_tokens": 6}),
+    );
     let n = held["usage"]["completion_tokens"].as_u64().expect("tokens");
     assert!(n >= 4, "min_tokens 4 gave {n} tokens: {held}");
 
