@@ -109,6 +109,8 @@ mod tests {
             assert!(!keys.admits(&post, "/v1/completions", Some(bad)), "{bad:?}");
         }
         assert!(!keys.admits(&post, "/v1/completions", None));
+        assert!(!keys.admits(&post, "/tokenize", None), "guarded as in vLLM");
+        assert!(!keys.admits(&post, "/detokenize", None), "guarded as in vLLM");
         assert!(!keys.admits(&Method::GET, "/openapi.json", None));
         assert!(!keys.admits(&Method::GET, "/no/such/path", None));
         for open in OPEN_PATHS {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
+use tokenizers::Tokenizer;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
@@ -12,11 +13,12 @@ use super::json_body::JsonBody;
 use super::limits::PromptSize;
 use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
-    TopLogprobMap, Usage, finite_logprob,
+    PromptLogprob, PromptLogprobMap, TopLogprobMap, Usage, finite_logprob,
 };
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
 use super::request_log::RequestLog;
+use super::prompt_echo::PromptPositionDetail;
 use super::sse::{ChunkFormat, sse_data};
 use super::structured_output::ConstraintFields;
 use super::{AppState, ServedModel};
@@ -79,7 +81,12 @@ impl Endpoint for Completions {
     }
 
     async fn prompts(request: CompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
-        let prompts = match request.prompt {
+        let suffix = request.suffix.filter(|s| !s.is_empty());
+        let request_prompt = match suffix {
+            Some(suffix) => fill_in_the_middle(&model.tokenizer, request.prompt, &suffix)?,
+            None => request.prompt,
+        };
+        let prompts = match request_prompt {
             PromptInput::Text(text) => tokenize(&model.tokenizer, vec![text]).await?,
             PromptInput::TextBatch(texts) => tokenize(&model.tokenizer, texts).await?,
             PromptInput::Tokens(ids) => vec![ids],
@@ -92,20 +99,73 @@ impl Endpoint for Completions {
     }
 }
 
+/// The fill-in-the-middle tokens of StarCoder-style vocabularies.
+const FIM_TOKENS: [&str; 3] = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"];
+
+/// Whether the vocabulary has every fill-in-the-middle token, so `suffix` can be served.
+pub fn has_fim_tokens(tokenizer: &Tokenizer) -> bool {
+    FIM_TOKENS.iter().all(|t| tokenizer.token_to_id(t).is_some())
+}
+
+/// `suffix`: text prompts in the model's fill-in-the-middle format
+/// (`<fim_prefix>{prompt}<fim_suffix>{suffix}<fim_middle>`); a model without those tokens
+/// (the default SmolLM2 has none) cannot serve it, so it is refused rather than ignored.
+fn fill_in_the_middle(tokenizer: &Tokenizer, prompt: PromptInput, suffix: &str) -> Result<PromptInput, ApiError> {
+    if !has_fim_tokens(tokenizer) {
+        return Err(ApiError::invalid(
+            "suffix",
+            "`suffix` needs a model with fill-in-the-middle tokens; the served model has none",
+        ));
+    }
+    let [prefix_token, suffix_token, middle_token] = FIM_TOKENS;
+    let wrap = |text: String| format!("{prefix_token}{text}{suffix_token}{suffix}{middle_token}");
+    match prompt {
+        PromptInput::Text(text) => Ok(PromptInput::Text(wrap(text))),
+        PromptInput::TextBatch(texts) => Ok(PromptInput::TextBatch(texts.into_iter().map(wrap).collect())),
+        PromptInput::Tokens(_) | PromptInput::TokenBatch(_) => {
+            Err(ApiError::invalid("suffix", "`suffix` is served with text prompts only"))
+        }
+    }
+}
+
 /// The legacy parallel-array logprobs; `text_offset` counts bytes from `start_offset`.
 fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionLogprobs {
     let mut offset = start_offset;
     let mut out = CompletionLogprobs::default();
     for t in tokens {
         out.tokens.push(t.text.clone());
-        out.token_logprobs.push(finite_logprob(t.logprob));
-        out.top_logprobs.push(Some(TopLogprobMap(
-            t.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect(),
-        )));
+        // NaN: the first token of an echoed prompt, which has no logprob (null, as OpenAI).
+        let scored = !t.logprob.is_nan();
+        out.token_logprobs.push(scored.then(|| finite_logprob(t.logprob)));
+        out.top_logprobs
+            .push(scored.then(|| TopLogprobMap(t.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect())));
         out.text_offset.push(offset);
         offset += t.text.len() as u32;
     }
     out
+}
+
+/// vLLM's wire shape of prompt logprobs: the prompt token first, then the top ones (ranked).
+fn wire_prompt_logprobs(positions: &[Option<PromptPositionDetail>]) -> Vec<Option<PromptLogprobMap>> {
+    let entry = |logprob: f32, rank: u32, text: &str| PromptLogprob {
+        logprob: finite_logprob(logprob),
+        rank,
+        decoded_token: text.to_owned(),
+    };
+    positions
+        .iter()
+        .map(|p| {
+            p.as_ref().map(|p| {
+                let mut map = vec![(p.token, entry(p.logprob, p.rank, &p.text))];
+                for (i, (token, text, logprob)) in p.top.iter().enumerate() {
+                    if *token != p.token {
+                        map.push((*token, entry(*logprob, i as u32 + 1, text)));
+                    }
+                }
+                PromptLogprobMap(map)
+            })
+        })
+        .collect()
 }
 
 pub struct CompletionFormat {
@@ -122,6 +182,7 @@ impl CompletionFormat {
             logprobs: (!delta.tokens.is_empty()).then(|| completion_logprobs(&delta.tokens, start_offset)),
             finish_reason: delta.finish_reason(),
             metrics: self.head.metrics(delta),
+            prompt_logprobs: delta.prompt_logprobs.as_deref().map(wire_prompt_logprobs),
         }
     }
 

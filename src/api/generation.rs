@@ -13,6 +13,7 @@ use super::detokenizer::IncrementalDetokenizer;
 use super::errors::ApiError;
 use super::openai_types::RequestMetrics;
 use super::request_log::RequestRecord;
+use super::prompt_echo::{PromptEcho, PromptPositionDetail};
 use super::stop_strings::StopStringMatcher;
 use crate::engine::events::{EngineError, TokenEvent, TokenLogprobs, TokenUsage};
 use crate::engine::intervals::RequestIntervals;
@@ -46,6 +47,8 @@ pub struct ChoiceDelta {
     pub text: String,
     pub tokens: Vec<TokenDetail>,
     pub end: Option<ChoiceEnd>,
+    /// vLLM's `prompt_logprobs`, in the first delta of a choice that asked for them.
+    pub prompt_logprobs: Option<Vec<Option<PromptPositionDetail>>>,
 }
 
 impl ChoiceDelta {
@@ -65,7 +68,12 @@ pub struct ChoiceStream {
     detokenizer: IncrementalDetokenizer,
     stops: StopStringMatcher,
     prompt_tokens: usize,
+    /// Tokens received so far (up to the stop string, once one matched).
     completion_tokens: usize,
+    /// Stop strings are not looked for within the first `min_tokens` tokens.
+    min_tokens: usize,
+    /// The prompt text and logprobs sent before the first token, when asked.
+    echo: PromptEcho,
     finished: bool,
     /// Where this choice reports its end (access log, spans); shared by the body's choices.
     record: Option<Arc<RequestRecord>>,
@@ -99,6 +107,8 @@ impl ChoiceStream {
         let stops = StopStringMatcher::new(request.params.stop.clone());
         let detokenizer = IncrementalDetokenizer::new(&request.prompt);
         let prompt_tokens = request.prompt.len();
+        let min_tokens = request.params.min_tokens as usize;
+        let echo = PromptEcho::new(&request.prompt, &request.params);
         let message = Generate {
             id: request.id.clone(),
             prompt_token_ids: request.prompt,
@@ -124,13 +134,32 @@ impl ChoiceStream {
             stops,
             prompt_tokens,
             completion_tokens: 0,
+            min_tokens,
+            echo,
             finished: false,
             record,
         })
     }
 
-    /// The next piece of output, or `None` after the end.
+    /// The next piece of output, or `None` after the end; the first carries the prompt's echo
+    /// and logprobs when they were asked.
     pub async fn next(&mut self) -> Option<Result<ChoiceDelta, ApiError>> {
+        let mut next = self.next_generated().await;
+        if let Some(Ok(delta)) = next.as_mut()
+            && let Some(preamble) = self.echo.take(&self.tokenizer)
+        {
+            delta.text.insert_str(0, &preamble.text);
+            delta.tokens = preamble
+                .tokens
+                .into_iter()
+                .chain(std::mem::take(&mut delta.tokens))
+                .collect();
+            delta.prompt_logprobs = preamble.prompt_logprobs;
+        }
+        next
+    }
+
+    async fn next_generated(&mut self) -> Option<Result<ChoiceDelta, ApiError>> {
         if self.finished {
             return None;
         }
@@ -144,7 +173,12 @@ impl ChoiceStream {
                     self.completion_tokens += 1;
                     let tokens = logprobs.map(|lp| vec![self.detail(id, &lp)]).unwrap_or_default();
                     let text = self.detokenizer.push(&self.tokenizer, id);
-                    let outcome = self.stops.push(&text);
+                    // vLLM's `min_tokens`: stop strings count only once that many are out.
+                    let outcome = if self.completion_tokens > self.min_tokens {
+                        self.stops.push(&text)
+                    } else {
+                        self.stops.pass(&text)
+                    };
                     if outcome.stopped {
                         // The engine's own usage and timings arrive with its `Finished`.
                         self.scheduler.do_send(Abort {
@@ -160,6 +194,7 @@ impl ChoiceStream {
                         text: outcome.emit,
                         tokens,
                         end: None,
+                        prompt_logprobs: None,
                     }));
                 }
                 TokenEvent::Finished {
@@ -184,8 +219,10 @@ impl ChoiceStream {
                         text,
                         tokens: Vec::new(),
                         end: Some(end),
+                        prompt_logprobs: None,
                     }));
                 }
+                TokenEvent::PromptLogprobs(chunk) => self.echo.receive(chunk),
                 TokenEvent::Failed { error } => {
                     self.finished = true;
                     return Some(Err(engine_error(error)));
@@ -215,13 +252,19 @@ impl ChoiceStream {
                 ..
             } = event
             {
-                end.usage = usage;
+                // The engine counts the tokens it computed, some after the stop string; the
+                // client is billed only for the tokens up to it (as OpenAI and vLLM do).
+                end.usage = TokenUsage {
+                    completion_tokens: self.completion_tokens,
+                    ..usage
+                };
                 end.timings = timings;
                 self.report(end, timeline);
                 return ChoiceDelta {
                     text,
                     tokens,
                     end: Some(end),
+                    prompt_logprobs: None,
                 };
             }
         }
@@ -230,6 +273,7 @@ impl ChoiceStream {
             text,
             tokens,
             end: Some(end),
+            prompt_logprobs: None,
         }
     }
 
@@ -325,6 +369,9 @@ pub async fn collect(mut choice: ChoiceStream) -> Result<(u32, ChoiceDelta), Api
         let delta = delta?;
         all.text.push_str(&delta.text);
         all.tokens.extend(delta.tokens);
+        if delta.prompt_logprobs.is_some() {
+            all.prompt_logprobs = delta.prompt_logprobs;
+        }
         if delta.end.is_some() {
             all.end = delta.end;
         }

@@ -18,12 +18,14 @@ pub mod openapi;
 pub mod pipeline;
 pub mod prompt;
 pub mod request_log;
+pub mod prompt_echo;
 pub mod routes;
 pub mod service_types;
 pub mod sse;
 pub mod stall_watch;
 pub mod stop_strings;
 pub mod structured_output;
+pub mod tokenize;
 pub mod validation;
 
 use std::sync::Arc;

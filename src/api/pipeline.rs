@@ -19,6 +19,7 @@ use super::prompt::{ParamNames, check_prompt};
 use super::request_log::{RequestLog, RequestRecord};
 use super::sse::{ChunkFormat, PromptUsage, sse_response};
 use super::structured_output::{ConstraintFields, apply_constraint_fields, compile_constraint};
+use super::validation::check_logit_bias_ids;
 use super::{AppState, ServedModel, unix_now};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
@@ -120,6 +121,7 @@ pub async fn serve<E: Endpoint>(
     let arrival = Instant::now();
     state.check_model(E::requested_model(&request))?;
     let mut params = E::sampling_params(&request)?;
+    check_logit_bias_ids(&params, state.model.token_id_bound)?;
     let constraint_param = apply_constraint_fields(&mut params, E::constraint_fields(&request))?;
     check_limits(&state.limits, E::prompt_size(&request), &params, E::PROMPT_PARAM)?;
     let params = compile_constraint(params, constraint_param, state.model.grammars.as_ref(), &state.stats).await?;

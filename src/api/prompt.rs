@@ -31,6 +31,11 @@ pub fn check_prompt(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), A
     if ids.is_empty() {
         return Err(ApiError::invalid(param, format!("`{param}` must not be empty")));
     }
+    check_prompt_ids(ids, vocab_size, param)
+}
+
+/// Refuses token ids outside the vocabulary (an empty list passes).
+pub fn check_prompt_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab_size) {
         return Err(ApiError::invalid(
             param,

@@ -12,6 +12,7 @@ use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
 use super::openapi::{Serving, allowed_methods, served_document};
 use super::service_types::{Load, Readiness, VersionInfo};
+use super::tokenize::{detokenize, tokenize};
 use crate::engine::health::EngineHealth;
 use crate::scheduler::actor::GetLoad;
 
@@ -32,6 +33,8 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool) {
     cfg.service(resource!("/v1/models", Method::GET, list_models))
         .service(resource!("/v1/completions", Method::POST, create_completion))
         .service(resource!("/v1/chat/completions", Method::POST, create_chat_completion))
+        .service(resource!("/tokenize", Method::POST, tokenize))
+        .service(resource!("/detokenize", Method::POST, detokenize))
         .service(resource!("/health", Method::GET, health))
         .service(resource!("/ready", Method::GET, ready))
         .service(resource!("/version", Method::GET, version))

@@ -47,6 +47,20 @@ impl StopStringMatcher {
         self.stopped
     }
 
+    /// Emits `text` without looking for stop strings in it (vLLM's `min_tokens`): nothing is
+    /// held back then, so matching resumes with the next [`push`](Self::push).
+    pub fn pass(&mut self, text: &str) -> StopOutcome {
+        if self.stopped {
+            return self.push(text);
+        }
+        let mut emit = std::mem::take(&mut self.held);
+        emit.push_str(text);
+        StopOutcome {
+            emit,
+            stopped: self.stopped,
+        }
+    }
+
     /// Feeds the next piece of generated text.
     pub fn push(&mut self, text: &str) -> StopOutcome {
         if self.stopped {

@@ -18,16 +18,20 @@
 //! - chat `top_logprobs` `<= 20` and only with `logprobs: true`.
 //! - `stop`: at most 4 strings (OpenAI); empty strings are dropped, since
 //!   they would match everywhere.
-//! - `min_tokens` (vLLM): only `0` is supported for now.
+//! - `min_tokens` (vLLM): at most `max_tokens` (when that is sent).
+//! - `prompt_logprobs` (vLLM) `<= 20`.
 //! - `stream_options` only with `stream: true` (as OpenAI and vLLM).
-//! - completions `echo: true` is not supported.
-//! - `logit_bias` keys are token ids and values in `[-100, 100]`; the map is
-//!   accepted but not applied yet.
+//! - completions `suffix` only where the model has fill-in-the-middle tokens
+//!   (checked by the endpoint, which knows the tokenizer).
+//! - `logit_bias` keys are token ids (below the vocabulary size: checked by
+//!   the pipeline) and values in `[-100, 100]`.
 //! - the prompt (or each prompt of a batch) and `messages` must be non-empty.
 //!
 //! Checks needing the model (token ids < vocab size, prompt length vs
 //! context) belong to the server, which knows the tokenizer and
 //! `max_model_len`.
+
+use std::collections::HashMap;
 
 use crate::api::errors::ApiError;
 use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest, PromptInput, StopInput};
@@ -60,6 +64,8 @@ pub struct SamplingInputs<'a> {
     pub stop_token_ids: Option<&'a [u32]>,
     pub ignore_eos: Option<bool>,
     pub min_tokens: Option<u32>,
+    pub logit_bias: Option<&'a HashMap<String, f64>>,
+    pub prompt_logprobs: Option<u32>,
     /// Resolved top-logprobs count and the parameter that carries it.
     pub logprobs: Option<u32>,
     pub logprobs_param: &'static str,
@@ -130,12 +136,25 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
             format!("`{p}` must be at most {MAX_LOGPROBS}, got {k}"),
         ));
     }
-    if let Some(m) = inputs.min_tokens.filter(|&m| m > 0) {
+    let min_tokens = inputs.min_tokens.unwrap_or(0);
+    // `u32::MAX` is chat's open `max_tokens`, fitted to the context later.
+    if inputs.max_tokens != u32::MAX && min_tokens > inputs.max_tokens {
+        let p = inputs.max_tokens_param;
         return Err(ApiError::invalid(
             "min_tokens",
-            format!("`min_tokens` is not supported (got {m}); omit it or send 0"),
+            format!(
+                "`min_tokens` ({min_tokens}) must be at most `{p}` ({})",
+                inputs.max_tokens
+            ),
         ));
     }
+    if let Some(k) = inputs.prompt_logprobs.filter(|&k| k > MAX_LOGPROBS) {
+        return Err(ApiError::invalid(
+            "prompt_logprobs",
+            format!("`prompt_logprobs` must be at most {MAX_LOGPROBS}, got {k}"),
+        ));
+    }
+    let logit_bias = inputs.logit_bias.map(parse_logit_bias).transpose()?.unwrap_or_default();
 
     let stop: Vec<String> = inputs
         .stop
@@ -171,7 +190,43 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         // Set by the structured-output parsing of the endpoint (response_format, tools).
         structured: None,
         grammar: None,
+        logit_bias,
+        min_tokens,
+        prompt_logprobs: inputs.prompt_logprobs,
+        return_prompt_logprobs: inputs.prompt_logprobs.is_some(),
+        // Completions only: set by `CompletionRequest::sampling_params`.
+        echo: false,
     })
+}
+
+/// OpenAI's `logit_bias`: token ids as decimal strings, biases in `[-100, 100]`; sorted by id.
+fn parse_logit_bias(bias: &HashMap<String, f64>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let mut parsed = Vec::with_capacity(bias.len());
+    for (token, &value) in bias {
+        match token.parse::<u32>() {
+            Ok(id) if (-100.0..=100.0).contains(&value) => parsed.push((id, value as f32)),
+            _ => {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("`logit_bias` maps token ids to values in [-100, 100]; got {token:?}: {value}"),
+                ));
+            }
+        }
+    }
+    parsed.sort_unstable_by_key(|&(id, _)| id);
+    Ok(parsed)
+}
+
+/// Refuses `logit_bias` keys outside the served vocabulary (`token_id_bound` is one past the
+/// largest id), naming `logit_bias`.
+pub fn check_logit_bias_ids(params: &SamplingParams, token_id_bound: usize) -> Result<(), ApiError> {
+    match params.logit_bias.iter().find(|(id, _)| *id as usize >= token_id_bound) {
+        Some((id, _)) => Err(ApiError::invalid(
+            "logit_bias",
+            format!("`logit_bias` names token id {id}, outside the vocabulary (size {token_id_bound})"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `stream_options` is meaningless without streaming; OpenAI rejects it.
@@ -207,26 +262,7 @@ impl CompletionRequest {
     pub fn sampling_params(&self) -> Result<SamplingParams, ApiError> {
         check_prompt(&self.prompt)?;
         check_stream_options(self.stream, self.stream_options.is_some())?;
-        if self.echo == Some(true) {
-            return Err(ApiError::invalid("echo", "`echo` is not supported"));
-        }
-        if let Some(bias) = &self.logit_bias {
-            for (token, value) in bias {
-                if token.parse::<u32>().is_err() || !(-100.0..=100.0).contains(value) {
-                    return Err(ApiError::invalid(
-                        "logit_bias",
-                        format!(
-                            "`logit_bias` maps token ids to values in [-100, 100]; \
-                             got {token:?}: {value}"
-                        ),
-                    ));
-                }
-            }
-            if !bias.is_empty() {
-                tracing::debug!("logit_bias accepted but not applied");
-            }
-        }
-        let params = validate_sampling(&SamplingInputs {
+        let mut params = validate_sampling(&SamplingInputs {
             temperature: self.temperature,
             top_p: self.top_p,
             top_k: self.top_k,
@@ -242,9 +278,16 @@ impl CompletionRequest {
             stop_token_ids: self.stop_token_ids.as_deref(),
             ignore_eos: self.ignore_eos,
             min_tokens: self.min_tokens,
+            logit_bias: self.logit_bias.as_ref(),
+            prompt_logprobs: self.prompt_logprobs,
             logprobs: self.logprobs,
             logprobs_param: "logprobs",
         })?;
+        // `echo` with `logprobs` answers with the prompt tokens' logprobs too (as vLLM does).
+        params.echo = self.echo == Some(true);
+        if let Some(k) = params.logprobs.filter(|_| params.echo) {
+            params.prompt_logprobs = Some(params.prompt_logprobs.unwrap_or(0).max(k));
+        }
         if let Some(best_of) = self.best_of.filter(|&b| b != params.n) {
             return Err(ApiError::invalid(
                 "best_of",
@@ -274,6 +317,12 @@ impl ChatCompletionRequest {
             ));
         }
         check_stream_options(self.stream, self.stream_options.is_some())?;
+        if self.prompt_logprobs.is_some() {
+            return Err(ApiError::invalid(
+                "prompt_logprobs",
+                "`prompt_logprobs` is served on /v1/completions only",
+            ));
+        }
         let logprobs_on = self.logprobs == Some(true);
         if self.top_logprobs.is_some() && !logprobs_on {
             return Err(ApiError::invalid(
@@ -306,6 +355,8 @@ impl ChatCompletionRequest {
             stop_token_ids: self.stop_token_ids.as_deref(),
             ignore_eos: self.ignore_eos,
             min_tokens: self.min_tokens,
+            logit_bias: self.logit_bias.as_ref(),
+            prompt_logprobs: self.prompt_logprobs,
             logprobs: logprobs_on.then(|| self.top_logprobs.unwrap_or(0)),
             logprobs_param: "top_logprobs",
         })
@@ -379,7 +430,10 @@ mod tests {
             (json!({"frequency_penalty": -3}), "frequency_penalty"),
             (json!({"repetition_penalty": 0}), "repetition_penalty"),
             (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
-            (json!({"min_tokens": 3}), "min_tokens"),
+            (json!({"min_tokens": 3, "max_tokens": 2}), "min_tokens"),
+            (json!({"logit_bias": {"x": 1}}), "logit_bias"),
+            (json!({"logit_bias": {"5": 101}}), "logit_bias"),
+            (json!({"logit_bias": {"5": -100.5}}), "logit_bias"),
             (json!({"stream_options": {"include_usage": true}}), "stream_options"),
         ];
         for (body, param) in cases {
@@ -391,18 +445,30 @@ mod tests {
     #[test]
     fn completion_specific_rules() {
         assert_eq!(rejected_param(completion(json!({"logprobs": 21}))), "logprobs");
-        assert_eq!(rejected_param(completion(json!({"echo": true}))), "echo");
         assert_eq!(rejected_param(completion(json!({"best_of": 2}))), "best_of");
+        assert_eq!(
+            rejected_param(completion(json!({"prompt_logprobs": 21}))),
+            "prompt_logprobs"
+        );
+        assert_eq!(rejected_param(chat(json!({"prompt_logprobs": 1}))), "prompt_logprobs");
+        let p = completion(json!({"echo": true, "logprobs": 3, "prompt_logprobs": 1})).unwrap();
+        assert!(p.echo && p.return_prompt_logprobs);
+        assert_eq!(p.prompt_logprobs, Some(3), "echo's logprobs need the larger top-k");
+        let p = completion(json!({"echo": true, "logprobs": 2})).unwrap();
+        assert_eq!((p.prompt_logprobs, p.return_prompt_logprobs), (Some(2), false));
         assert!(completion(json!({"best_of": 2, "n": 2})).is_ok());
+        let p = completion(json!({"logit_bias": {"9": 1.5, "5": -100}, "echo": true})).unwrap();
+        assert_eq!(p.logit_bias, vec![(5, -100.0), (9, 1.5)], "sorted by id");
+        assert!(check_logit_bias_ids(&p, 10).is_ok());
+        let err = check_logit_bias_ids(&p, 9).unwrap_err();
+        assert_eq!(err.param(), Some("logit_bias"));
+        let p = completion(json!({"min_tokens": 4, "max_tokens": 4, "prompt_logprobs": 2})).unwrap();
+        assert_eq!((p.min_tokens, p.prompt_logprobs), (4, Some(2)));
         assert_eq!(
-            rejected_param(completion(json!({"logit_bias": {"x": 1}}))),
-            "logit_bias"
+            chat(json!({"min_tokens": 4000})).unwrap().min_tokens,
+            4000,
+            "open max_tokens"
         );
-        assert_eq!(
-            rejected_param(completion(json!({"logit_bias": {"5": 101}}))),
-            "logit_bias"
-        );
-        assert!(completion(json!({"logit_bias": {"5": -100}, "echo": false})).is_ok());
         for prompt in [json!(""), json!([]), json!(["a", ""]), json!([[1], []])] {
             assert_eq!(rejected_param(completion(json!({"prompt": prompt}))), "prompt");
         }

@@ -14,6 +14,25 @@ pub struct TokenLogprobs {
     pub top: Vec<(u32, f32)>,
 }
 
+/// Log-probability of one prompt token given the tokens before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptTokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    /// 1 for the most likely token of the position.
+    pub rank: u32,
+    /// The most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Prompt logprobs of consecutive prompt positions from `first_position` (at least 1: the
+/// first prompt token has none), as one step computed them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PromptLogprobs {
+    pub first_position: usize,
+    pub positions: Vec<PromptTokenLogprob>,
+}
+
 /// Token counts of a finished request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TokenUsage {
@@ -30,6 +49,9 @@ pub enum TokenEvent {
         id: u32,
         logprobs: Option<TokenLogprobs>,
     },
+    /// Prompt logprobs (`prompt_logprobs`), before the first token; a recompute after
+    /// preemption may send positions again.
+    PromptLogprobs(PromptLogprobs),
     Finished {
         reason: FinishReason,
         usage: TokenUsage,

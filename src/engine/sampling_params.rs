@@ -40,6 +40,20 @@ pub struct SamplingParams {
     pub logprobs: Option<u32>,
     /// Choices to generate for the prompt.
     pub n: u32,
+    /// Added to the logits of these token ids before any other processing, sorted by id,
+    /// each id below the vocabulary size and each bias in `[-100, 100]`.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// End-of-generation and stop tokens are masked until this many tokens are out, and stop
+    /// strings are not looked for (vLLM's `min_tokens`). At most `max_tokens`.
+    pub min_tokens: u32,
+    /// Log-probabilities of the prompt's tokens with this many top alternatives each (vLLM's
+    /// `prompt_logprobs`); such a request computes its whole prompt, bypassing the prefix cache.
+    pub prompt_logprobs: Option<u32>,
+    /// The API answers with `prompt_logprobs` (asked for; `echo` with `logprobs` computes them
+    /// without returning them under that name).
+    pub return_prompt_logprobs: bool,
+    /// The API prepends the prompt to the choice's text (OpenAI's completions `echo`).
+    pub echo: bool,
     /// The grammar the output must follow; `None` samples freely (and pays nothing for it).
     pub structured: Option<StructuredOutput>,
     /// `structured` compiled (by the API layer, off the hot path, before the request is
@@ -67,6 +81,11 @@ impl Default for SamplingParams {
             n: 1,
             structured: None,
             grammar: None,
+            logit_bias: Vec::new(),
+            min_tokens: 0,
+            prompt_logprobs: None,
+            return_prompt_logprobs: false,
+            echo: false,
         }
     }
 }
@@ -87,9 +106,16 @@ impl SamplingParams {
             || self.grammar.is_some()
     }
 
-    /// Whether the sampler needs the prompt's tokens (the repetition penalty reads them).
+    /// Whether the scheduler may start the request from the prefix cache: not when the
+    /// prompt's logprobs are wanted, since those need every prompt position computed.
+    pub fn reads_prefix_cache(&self) -> bool {
+        self.prompt_logprobs.is_none()
+    }
+
+    /// Whether the executor needs the prompt's tokens (the repetition penalty reads them;
+    /// prompt logprobs are those of the prompt's tokens).
     pub fn uses_prompt_tokens(&self) -> bool {
-        self.repetition_penalty != 1.0
+        self.repetition_penalty != 1.0 || self.prompt_logprobs.is_some()
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use actix::Message;
 
-use crate::engine::events::TokenLogprobs;
+use crate::engine::events::{PromptLogprobs, TokenLogprobs};
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::RequestId;
 
@@ -75,6 +75,8 @@ pub struct ModelOutput {
     pub sampled: Vec<Option<SampledToken>>,
     /// Seconds spent computing each grammar mask of the step (constrained samples only).
     pub grammar_mask_seconds: Vec<f64>,
+    /// Prompt logprobs computed this step, for the sequences that asked for them.
+    pub prompt_logprobs: Vec<(RequestId, PromptLogprobs)>,
 }
 
 /// Run one step.

@@ -5,8 +5,10 @@ pub mod actor;
 pub mod fake;
 pub mod grammar_states;
 pub mod host_pool;
+pub mod logit_masks;
 pub mod model_runner;
 pub mod previous_samples;
+pub mod prompt_logprobs;
 pub mod sampler;
 
 pub use actor::{ExecutorActor, start_executor};

@@ -6,6 +6,7 @@ use rand::rngs::StdRng;
 use super::Executor;
 use super::grammar_states::GrammarStates;
 use super::host_pool::HostKvPool;
+use super::prompt_logprobs::{chunk_prompt_logprobs, logit_rows, wants_prompt_logprobs};
 use super::sampler::{SamplingContext, apply_token_mask, sample, token_rng};
 use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
@@ -22,6 +23,8 @@ pub struct ModelRunner {
     sampleable_vocab: usize,
     /// Matchers of the constrained sequences (unconstrained ones have none and pay nothing).
     grammars: GrammarStates,
+    /// Ids that end a choice, masked until a request's `min_tokens` are out.
+    end_of_generation: Vec<u32>,
 }
 
 impl ModelRunner {
@@ -35,6 +38,7 @@ impl ModelRunner {
             rng: StdRng::from_os_rng(),
             sampleable_vocab: usize::MAX,
             grammars: GrammarStates::default(),
+            end_of_generation: Vec::new(),
         }
     }
 
@@ -42,6 +46,12 @@ impl ModelRunner {
     /// vocabulary is padded beyond the tokenizer's.
     pub fn sampling_only_below(mut self, token_id_bound: usize) -> Self {
         self.sampleable_vocab = token_id_bound;
+        self
+    }
+
+    /// The model's end-of-generation ids, which `min_tokens` keeps from being sampled early.
+    pub fn ending_generation_on(mut self, ids: Vec<u32>) -> Self {
+        self.end_of_generation = ids;
         self
     }
 
@@ -58,6 +68,7 @@ impl ModelRunner {
                 start_position: s.start_position,
                 block_table: s.block_table.clone(),
                 wants_logits: s.sample,
+                all_logits: wants_prompt_logprobs(s),
             })
             .collect();
         if !seqs.iter().any(|s| !s.token_ids.is_empty()) {
@@ -72,27 +83,36 @@ impl Executor for ModelRunner {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
         let vocab = self.model.config.vocab_size;
         let mut logits = self.logits(batch);
-        let wanted = batch.sequences.iter().filter(|s| s.sample).count();
+        let wanted: usize = batch.sequences.iter().map(logit_rows).sum();
         if logits.len() != wanted * vocab {
             return Err(ExecutorError::Failed(format!(
                 "expected {wanted} rows of logits, got {} values",
                 logits.len()
             )));
         }
-        let mut rows = logits.chunks_mut(vocab);
+        for row in logits.chunks_mut(vocab) {
+            if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
+                padding.fill(f32::NEG_INFINITY);
+            }
+        }
+        let mut rest = logits.as_mut_slice();
+        let mut prompt_logprobs = Vec::new();
         let mut grammar_mask_seconds = Vec::new();
         self.grammars.begin_step();
         let sampled = batch
             .sequences
             .iter()
             .map(|s| {
+                let (rows, after) = std::mem::take(&mut rest).split_at_mut(logit_rows(s) * vocab);
+                rest = after;
+                if wants_prompt_logprobs(s) {
+                    prompt_logprobs.push((s.id.clone(), chunk_prompt_logprobs(rows, vocab, s)));
+                }
                 if !s.sample {
                     return None;
                 }
-                let row = rows.next().expect("one row per sampled sequence");
-                if let Some(padding) = row.get_mut(self.sampleable_vocab..) {
-                    padding.fill(f32::NEG_INFINITY);
-                }
+                let last = rows.len() - vocab;
+                let row = &mut rows[last..];
                 if let Some(mask) = self.grammars.mask(s) {
                     apply_token_mask(row, mask.allowed.as_slice());
                     grammar_mask_seconds.push(mask.seconds);
@@ -101,6 +121,8 @@ impl Executor for ModelRunner {
                     params: &s.params,
                     output_token_ids: &s.output_token_ids,
                     prompt_token_ids: s.prompt_token_ids.as_deref().map(Vec::as_slice),
+                    num_generated: s.num_generated,
+                    end_of_generation: &self.end_of_generation,
                 };
                 let mut rng = token_rng(s.seed, s.num_generated, &mut self.rng);
                 let token = sample(row, &ctx, &mut rng);
@@ -112,6 +134,7 @@ impl Executor for ModelRunner {
         Ok(ModelOutput {
             sampled,
             grammar_mask_seconds,
+            prompt_logprobs,
         })
     }
 

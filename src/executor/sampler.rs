@@ -1,9 +1,10 @@
-//! Turns one row of logits into a token: penalties, then greedy or temperature / top-k /
+//! Turns one row of logits into a token: logit bias and the `min_tokens` mask, penalties, then greedy or temperature / top-k /
 //! top-p / min-p sampling; log-probabilities come from the model's raw distribution.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::logit_masks::{apply_logit_bias, mask_before_min_tokens};
 use crate::engine::events::TokenLogprobs;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::step::SampledToken;
@@ -13,6 +14,10 @@ pub struct SamplingContext<'a> {
     pub params: &'a SamplingParams,
     pub output_token_ids: &'a [u32],
     pub prompt_token_ids: Option<&'a [u32]>,
+    /// Tokens generated before this sample (for `min_tokens`).
+    pub num_generated: usize,
+    /// The model's end-of-generation ids, masked until `min_tokens` are out.
+    pub end_of_generation: &'a [u32],
 }
 
 /// A per-token RNG: seeded requests draw from a stream fixed by (seed, position), so the
@@ -29,6 +34,8 @@ pub fn sample(logits: &mut [f32], ctx: &SamplingContext<'_>, rng: &mut StdRng) -
     let params = ctx.params;
     let raw_log_norm = params.logprobs.map(|_| log_sum_exp(logits));
     let raw = params.logprobs.map(|_| logits.to_vec());
+    apply_logit_bias(logits, &params.logit_bias);
+    mask_before_min_tokens(logits, params, ctx.num_generated, ctx.end_of_generation);
     apply_penalties(logits, ctx);
     let token = if params.is_greedy() {
         argmax(logits)
@@ -154,12 +161,12 @@ pub fn argmax(values: &[f32]) -> u32 {
     best as u32
 }
 
-fn log_sum_exp(values: &[f32]) -> f32 {
+pub(super) fn log_sum_exp(values: &[f32]) -> f32 {
     let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     max + values.iter().map(|v| (v - max).exp()).sum::<f32>().ln()
 }
 
-fn top_indices(values: &[f32], n: usize) -> Vec<usize> {
+pub(super) fn top_indices(values: &[f32], n: usize) -> Vec<usize> {
     if n == 0 {
         return Vec::new();
     }
@@ -186,6 +193,8 @@ mod tests {
             params: p,
             output_token_ids: output,
             prompt_token_ids: None,
+            num_generated: output.len(),
+            end_of_generation: &[],
         };
         let mut rng = token_rng(Some(seed), output.len(), &mut StdRng::seed_from_u64(0));
         sample(&mut logits.to_vec(), &ctx, &mut rng)

@@ -26,6 +26,8 @@ pub struct SequenceBatch {
     pub block_table: Vec<u32>,
     /// Whether the logits of the last token are wanted (false for a non-final prompt chunk).
     pub wants_logits: bool,
+    /// Whether the logits of every token are wanted (prompt logprobs); implies the last's.
+    pub all_logits: bool,
 }
 
 /// The per-layer weights.
@@ -94,7 +96,9 @@ impl<B: KvCacheOps> Llama<B> {
                 .extend(slot_runs(&seq.block_table, block_size, seq.start_position, len, row));
             let slots = context_slots(&seq.block_table, block_size, context);
             layout.sequences.push((row, len, slots));
-            if seq.wants_logits {
+            if seq.all_logits {
+                logit_rows.extend((row..row + len).map(|r| r as i64));
+            } else if seq.wants_logits {
                 logit_rows.push((row + len - 1) as i64);
             }
         }

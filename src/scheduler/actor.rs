@@ -87,7 +87,17 @@ impl SchedulerActor {
             act.steps.returned(!matches!(result, Ok(Ok(_))));
             let now = Instant::now();
             let step = match result {
-                Ok(Ok(output)) => act.scheduler.update_from_output(&batch, output, now),
+                Ok(Ok(mut output)) => {
+                    // Prompt logprobs go out first: they come before the request's tokens.
+                    let prompt = std::mem::take(&mut output.prompt_logprobs);
+                    act.deliver(
+                        prompt
+                            .into_iter()
+                            .map(|(id, p)| (id, TokenEvent::PromptLogprobs(p)))
+                            .collect(),
+                    );
+                    act.scheduler.update_from_output(&batch, output, now)
+                }
                 Ok(Err(error)) => act.fail_step(error, now),
                 Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
             };
@@ -143,7 +153,7 @@ impl SchedulerActor {
     fn deliver(&mut self, events: Vec<(RequestId, TokenEvent)>) -> Vec<RequestId> {
         let mut gone = Vec::new();
         for (id, event) in events {
-            let last = !matches!(event, TokenEvent::Token { .. });
+            let last = !matches!(event, TokenEvent::Token { .. } | TokenEvent::PromptLogprobs(_));
             if let Some(tx) = self.channels.get(&id)
                 && tx.send(event).is_err()
                 && !last

@@ -147,6 +147,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             TokenEvent::Token { id, .. } => tokens.push(id),
             TokenEvent::Finished { reason, .. } => break reason,
             TokenEvent::Failed { error } => panic!("failed after {tokens:?}: {error}"),
+            TokenEvent::PromptLogprobs(_) => panic!("no prompt logprobs were asked"),
         }
     };
     assert_eq!(reason, FinishReason::Length);

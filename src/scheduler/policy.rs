@@ -267,7 +267,7 @@ impl Scheduler {
             let Some(request) = self.waiting.front_mut() else {
                 break;
             };
-            if request.num_computed == 0 && self.config.enable_prefix_caching {
+            if request.num_computed == 0 && self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
                 let tokens = request.tokens(0, request.total_len());
                 request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
             }

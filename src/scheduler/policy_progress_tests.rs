@@ -152,6 +152,7 @@ fn check(case: Case) -> Result<(), TestCaseError> {
                     );
                 }
                 TokenEvent::Failed { error } => prop_assert!(false, "{} failed: {}", id, error),
+                TokenEvent::PromptLogprobs(_) => prop_assert!(false, "{} sent prompt logprobs unasked", id),
             }
         }
     }

@@ -14,7 +14,7 @@ impl Scheduler {
         }
         let cached = request.num_computed.min(request.prompt.len());
         request.cached_prompt_tokens = Some(cached);
-        if self.config.enable_prefix_caching {
+        if self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
             self.prefix_queries += request.total_len() as u64;
             self.prefix_hits += request.num_computed as u64;
         }

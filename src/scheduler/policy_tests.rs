@@ -200,6 +200,7 @@ fn simulate(cfg: SchedulerConfig, total: usize) {
         ),
         TokenEvent::Token { id: token, .. } => tokens.entry(id).or_default().push(token),
         TokenEvent::Failed { error } => panic!("{id} failed: {error}"),
+        TokenEvent::PromptLogprobs(_) => panic!("{id}: no prompt logprobs were asked"),
     };
     let now = Instant::now();
     let mut clock = 0u64;

@@ -79,8 +79,9 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     } else {
         config.server.served_model_name.clone()
     };
-    let executor =
-        ModelRunner::new(llama, geometry, sizing.num_cpu_blocks).sampling_only_below(token_id_bound(&files.tokenizer));
+    let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks)
+        .sampling_only_below(token_id_bound(&files.tokenizer))
+        .ending_generation_on(files.special_tokens.end_of_generation.clone());
     prepare_engine(config, files, served_name, executor)
 }
 

@@ -62,7 +62,7 @@ fn traced_request(t: &Tiny, trace: TraceContext) {
             .expect("admitted");
         loop {
             match received.recv().await.expect("the request ends with an event") {
-                TokenEvent::Token { .. } => {}
+                TokenEvent::Token { .. } | TokenEvent::PromptLogprobs(_) => {}
                 TokenEvent::Finished { .. } => break,
                 TokenEvent::Failed { error } => panic!("the traced request failed: {error}"),
             }

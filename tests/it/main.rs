@@ -28,6 +28,7 @@ mod otlp_push;
 mod overload;
 mod process_lifecycle;
 mod reference_parity;
+mod sampling_params;
 mod scheduler_pressure;
 mod schemathesis;
 mod slow_clients;

@@ -71,7 +71,8 @@ impl<'de> Deserialize<'de> for TopLogprobMap {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
+    /// `null` for the first token of an echoed prompt (it has no logprob).
+    pub token_logprobs: Vec<Option<f32>>,
     pub top_logprobs: Vec<Option<TopLogprobMap>>,
     /// Byte offset of each token in the choice's text.
     pub text_offset: Vec<u32>,

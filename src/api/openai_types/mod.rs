@@ -2,15 +2,19 @@
 //! `openai` Python client sends and parses: requests, responses and their logprobs.
 
 mod logprobs;
+mod prompt_logprobs;
 mod requests;
 mod responses;
 pub mod schemas;
 mod structured;
+mod tokenize;
 
 pub use logprobs::*;
+pub use prompt_logprobs::*;
 pub use requests::*;
 pub use responses::*;
 pub use structured::*;
+pub use tokenize::*;
 
 #[cfg(test)]
 mod tests;

@@ -116,10 +116,12 @@ pub struct CompletionRequest {
     #[serde(default)]
     #[schema(maximum = 20)]
     pub logprobs: Option<u32>,
-    /// Only `false` is supported.
+    /// Prepend the prompt to the choice's text (and, with `logprobs`, its tokens' logprobs).
     #[serde(default)]
-    #[schema(schema_with = schemas::echo)]
     pub echo: Option<bool>,
+    /// Text after the completion (fill-in-the-middle): refused for models without FIM tokens.
+    #[serde(default)]
+    pub suffix: Option<String>,
     #[serde(default)]
     pub stop: Option<StopInput>,
     #[serde(default)]
@@ -133,7 +135,6 @@ pub struct CompletionRequest {
     pub seed: Option<i64>,
     #[serde(default)]
     pub user: Option<String>,
-    /// Accepted and range-checked, not applied.
     #[serde(default)]
     #[schema(schema_with = schemas::logit_bias)]
     pub logit_bias: Option<HashMap<String, f64>>,
@@ -157,9 +158,10 @@ pub struct CompletionRequest {
     pub stop_token_ids: Option<Vec<u32>>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
-    /// Only `0` is supported for now.
+    /// Tokens to generate before an end-of-generation or stop token or a stop string may end
+    /// the choice; at most `max_tokens`.
     #[serde(default)]
-    #[schema(maximum = 0)]
+    #[schema(format = Int64)]
     pub min_tokens: Option<u32>,
     /// Constrains the output: `json_object`, or `json_schema` with a schema.
     #[serde(default, deserialize_with = "super::structured::optional_object")]
@@ -180,6 +182,11 @@ pub struct CompletionRequest {
     /// vLLM's older form of `structured_outputs.grammar`.
     #[serde(default)]
     pub guided_grammar: Option<String>,
+    /// Top logprobs per prompt token (vLLM); the prompt is computed whole, not read from the
+    /// prefix cache.
+    #[serde(default)]
+    #[schema(maximum = 20)]
+    pub prompt_logprobs: Option<u32>,
 }
 
 /// Chat roles OpenAI accepts; an unknown role is a 400 from serde.
@@ -358,9 +365,10 @@ pub struct ChatCompletionRequest {
     pub stop_token_ids: Option<Vec<u32>>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
-    /// Only `0` is supported for now.
+    /// Tokens to generate before an end-of-generation or stop token or a stop string may end
+    /// the choice; at most `max_completion_tokens` (or `max_tokens`) when sent.
     #[serde(default)]
-    #[schema(maximum = 0)]
+    #[schema(format = Int64)]
     pub min_tokens: Option<u32>,
     /// Constrains the output: `json_object`, or `json_schema` with a schema.
     #[serde(default, deserialize_with = "super::structured::optional_object")]
@@ -381,6 +389,13 @@ pub struct ChatCompletionRequest {
     /// vLLM's older form of `structured_outputs.grammar`.
     #[serde(default)]
     pub guided_grammar: Option<String>,
+    #[serde(default)]
+    #[schema(schema_with = schemas::logit_bias)]
+    pub logit_bias: Option<HashMap<String, f64>>,
+    /// Served on `/v1/completions` only: any value but `null` is refused here.
+    #[serde(default)]
+    #[schema(schema_with = schemas::completions_only)]
+    pub prompt_logprobs: Option<u32>,
     /// vLLM renders a template sent with the request; kiln never does (a template is code
     /// run on the server), so any value but `null` is refused with a 400 naming this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::logprobs::{ChatLogprobs, CompletionLogprobs};
+use super::prompt_logprobs::PromptLogprobMap;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
@@ -66,6 +67,9 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// `"stop"` or `"length"` (engine `FinishReason::as_str`).
     pub finish_reason: Option<String>,
+    /// vLLM extension, with `prompt_logprobs`: per prompt position, `null` for the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprobMap>>>,
     /// kiln extension (`--enable-per-request-metrics`): this choice's timings, defined
     /// exactly as the engine's histograms define them.
     #[serde(default, skip_serializing_if = "Option::is_none")]

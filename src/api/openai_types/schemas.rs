@@ -104,14 +104,6 @@ pub fn content_part_type() -> RefOr<Schema> {
         .into()
 }
 
-/// `echo`: only `false` is supported (or `null`, or leaving it out).
-pub fn echo() -> RefOr<Schema> {
-    ObjectBuilder::new()
-        .schema_type(nullable(Type::Boolean))
-        .enum_values(Some([serde_json::Value::Bool(false), serde_json::Value::Null]))
-        .into()
-}
-
 /// `chat_template`: only `null` (or leaving it out); kiln never renders a client's template.
 pub fn refused_chat_template() -> RefOr<Schema> {
     ObjectBuilder::new()
@@ -119,6 +111,14 @@ pub fn refused_chat_template() -> RefOr<Schema> {
         .description(Some(
             "Not accepted: the server renders only the model's or the operator's template.",
         ))
+        .into()
+}
+
+/// A field served on `/v1/completions` only: chat refuses any value but `null`.
+pub fn completions_only() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::Null)
+        .description(Some("Not served on chat; use `/v1/completions`."))
         .into()
 }
 
@@ -140,8 +140,8 @@ pub fn logit_bias() -> RefOr<Schema> {
         ))
         .additional_properties(Some(AdditionalProperties::RefOr(bias.into())))
         .description(Some(
-            "Token id (a decimal string, below 2^32) to a bias in [-100, 100]. Accepted and \
-             checked, not applied yet.",
+            "Token id (a decimal string, below the vocabulary size) to a bias in [-100, 100], \
+             added to that token's logit before sampling.",
         ))
         .into()
 }
@@ -154,4 +154,9 @@ pub fn top_logprob_map() -> RefOr<Schema> {
             ObjectBuilder::new().schema_type(Type::Number).into(),
         )))
         .into()
+}
+
+/// `tokens` of `/detokenize`: token ids of the served vocabulary (an empty list decodes to "").
+pub fn token_ids() -> RefOr<Schema> {
+    ArrayBuilder::new().items(token_id_ref()).into()
 }

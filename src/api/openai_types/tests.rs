@@ -133,7 +133,7 @@ fn completion_response_shape() {
             text: "hi".into(),
             logprobs: Some(CompletionLogprobs {
                 tokens: vec!["hi".into()],
-                token_logprobs: vec![-0.5],
+                token_logprobs: vec![Some(-0.5)],
                 top_logprobs: vec![Some(TopLogprobMap(vec![
                     ("hi".into(), -0.5),
                     ("a".into(), -1.0),
@@ -143,6 +143,7 @@ fn completion_response_shape() {
             }),
             finish_reason: Some("length".into()),
             metrics: None,
+            prompt_logprobs: None,
         }],
         Usage::new(1, 1),
     );

@@ -29,6 +29,8 @@ use super::openai_types::{ChatCompletionChunk, CompletionChunk};
         operations::list_models,
         operations::create_completion,
         operations::create_chat_completion,
+        operations::tokenize,
+        operations::detokenize,
         operations::health,
         operations::ready,
         operations::version,
@@ -39,6 +41,7 @@ use super::openai_types::{ChatCompletionChunk, CompletionChunk};
     components(schemas(CompletionChunk, ChatCompletionChunk)),
     tags(
         (name = "openai", description = "The OpenAI-compatible API"),
+        (name = "vllm", description = "vLLM's tokenizer endpoints"),
         (name = "service", description = "Health, readiness, load, metrics and this document")
     )
 )]

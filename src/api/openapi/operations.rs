@@ -8,7 +8,8 @@
 
 use crate::api::errors::ErrorBody;
 use crate::api::openai_types::{
-    ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ModelList,
+    ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, DetokenizeRequest,
+    DetokenizeResponse, ModelList, TokenizeRequest, TokenizeResponse,
 };
 use crate::api::service_types::{Load, Readiness, VersionInfo};
 
@@ -113,6 +114,56 @@ pub fn create_completion() {}
     )
 )]
 pub fn create_chat_completion() {}
+
+#[utoipa::path(
+    post,
+    path = "/tokenize",
+    tag = "vllm",
+    request_body(
+        content = TokenizeRequest,
+        content_type = "application/json",
+        examples(
+            ("text" = (summary = "A text prompt, with token strings", value = json!({
+                "prompt": "Hello world", "return_token_strs": true
+            }))),
+            ("chat" = (summary = "Messages through the chat template", value = json!({
+                "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true
+            })))
+        )
+    ),
+    responses(
+        (status = 200, description = "The prompt's token ids, as generation would see them", body = TokenizeResponse),
+        (status = 400, description = "A parameter or message is invalid (`param` names it)", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 404, description = "`model` is not the served model", body = ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 500, description = "The chat template failed", body = ErrorBody),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
+    )
+)]
+pub fn tokenize() {}
+
+#[utoipa::path(
+    post,
+    path = "/detokenize",
+    tag = "vllm",
+    request_body(
+        content = DetokenizeRequest,
+        content_type = "application/json",
+        examples(("tokens" = (summary = "Token ids back to text", value = json!({"tokens": [1, 2, 3]}))))
+    ),
+    responses(
+        (status = 200, description = "The tokens' text", body = DetokenizeResponse),
+        (status = 400, description = "A token id is outside the vocabulary", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 404, description = "`model` is not the served model", body = ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
+    )
+)]
+pub fn detokenize() {}
 
 #[utoipa::path(
     get,

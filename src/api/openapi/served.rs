@@ -6,6 +6,7 @@ use utoipa::OpenApi;
 use super::ApiDoc;
 use crate::api::ServedModel;
 use crate::api::auth::OPEN_PATHS;
+use crate::api::completions::has_fim_tokens;
 use crate::api::openai_types::schemas::TOKEN_ID;
 use crate::config::LimitsConfig;
 
@@ -29,7 +30,8 @@ pub struct Serving<'a> {
 
 /// The generic document narrowed to this server: only the paths it routes; the bearer key
 /// where it wants one; the model's name as the only accepted `model`; `max_tokens` below its
-/// context; token ids below its vocabulary; `stop_token_ids` within the configured limit.
+/// context; token ids below its vocabulary; `stop_token_ids` within the configured limit;
+/// `suffix` empty for a model without fill-in-the-middle tokens.
 pub fn served_document(serving: &Serving<'_>) -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
     if let Some(Value::Object(paths)) = doc.get_mut("paths") {
@@ -77,6 +79,12 @@ fn bound_requests(doc: &mut Value, model: &ServedModel, limits: &LimitsConfig) {
         let pointer = format!("/components/schemas/{request}/properties/{field}");
         if let Some(Value::Object(schema)) = doc.pointer_mut(&pointer) {
             schema.insert(keyword.to_owned(), value);
+        }
+    }
+    if !has_fim_tokens(&model.tokenizer) {
+        let pointer = format!("/components/schemas/{COMPLETION}/properties/suffix");
+        if let Some(Value::Object(schema)) = doc.pointer_mut(&pointer) {
+            schema.insert("maxLength".into(), json!(0));
         }
     }
     if let Some(Value::Object(schema)) = doc.pointer_mut(&format!("/components/schemas/{TOKEN_ID}")) {
