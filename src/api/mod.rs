@@ -23,6 +23,7 @@ pub mod service_types;
 pub mod sse;
 pub mod stall_watch;
 pub mod stop_strings;
+pub mod tool_calls;
 pub mod validation;
 
 use std::sync::Arc;
@@ -51,6 +52,8 @@ pub struct ServedModel {
     pub token_id_bound: usize,
     /// Unix seconds, for `/v1/models`.
     pub created: u64,
+    /// Reads `tool_choice: auto` calls; `None` unless `--enable-auto-tool-choice`.
+    pub tool_parser: Option<tool_calls::ToolParserKind>,
 }
 
 /// Shared, read-only state of every handler.

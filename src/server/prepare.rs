@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::PreparedEngine;
 use crate::api::ServedModel;
+use crate::api::tool_calls::ToolParserKind;
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
@@ -181,6 +182,11 @@ pub fn prepare_engine<E: Executor>(
             max_model_len,
             token_id_bound: id_bound,
             created,
+            tool_parser: config
+                .model
+                .enable_auto_tool_choice
+                .then(|| ToolParserKind::from_name(&config.model.tool_call_parser))
+                .flatten(),
         },
         executor,
         scheduler: SchedulerConfig {

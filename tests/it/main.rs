@@ -32,6 +32,7 @@ mod slow_clients;
 mod telemetry;
 mod telemetry_external;
 mod tls;
+mod tool_calling;
 mod traces;
 mod vllm_compat;
 mod vllm_dashboards;

@@ -5,10 +5,12 @@ mod logprobs;
 mod requests;
 mod responses;
 pub mod schemas;
+mod tools;
 
 pub use logprobs::*;
 pub use requests::*;
 pub use responses::*;
+pub use tools::*;
 
 #[cfg(test)]
 mod tests;

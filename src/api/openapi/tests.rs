@@ -227,6 +227,7 @@ fn tiny_model() -> ServedModel {
         max_model_len: 256,
         token_id_bound: 300,
         created: 0,
+        tool_parser: None,
     }
 }
 
