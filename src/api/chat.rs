@@ -179,6 +179,7 @@ impl ChunkFormat for ChatFormat {
         let delta = ChatDelta {
             role: Some("assistant".into()),
             content: Some(String::new()),
+            tool_calls: None,
         };
         let choice = ChatChunkChoice {
             index,
