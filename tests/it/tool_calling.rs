@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Tiny, metric_value, scrape_until, start_tiny};
+use kiln::testing::TinyModelSpec;
+
+use crate::common::{Tiny, metric_value, scrape_until, start_tiny_spec};
 
 const TOOLS_TEMPLATE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -21,9 +23,17 @@ fn tools() -> Value {
     ])
 }
 
+/// A tiny model with room for the tools prompt (its tokenizer spends a token per byte or so).
+fn long_context() -> TinyModelSpec {
+    TinyModelSpec {
+        context: 2048,
+        ..TinyModelSpec::default()
+    }
+}
+
 /// The tiny model behind the Hermes tools template, `auto` served with the hermes parser.
 fn start_with_tools() -> Tiny {
-    start_tiny(|c| {
+    start_tiny_spec(long_context(), |c| {
         c.model.chat_template = TOOLS_TEMPLATE.into();
         c.model.enable_auto_tool_choice = true;
         c.model.tool_call_parser = "hermes".into();
@@ -80,7 +90,7 @@ fn bad_tool_requests_get_400_and_leave_nothing_running() {
 
 #[test]
 fn auto_needs_the_server_flags_as_in_vllm() {
-    let t = start_tiny(|c| c.model.chat_template = TOOLS_TEMPLATE.into());
+    let t = start_tiny_spec(long_context(), |c| c.model.chat_template = TOOLS_TEMPLATE.into());
     // Tools without tool_choice mean `auto`.
     assert_eq!(refused(&t, &chat(json!({"tools": tools()}))), "tool_choice");
     assert_eq!(
