@@ -1,6 +1,8 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's own chat template, wording
-//! in the chat format (a role chunk opens each streamed choice).
+//! in the chat format (a role chunk opens each streamed choice), tool calls read back from
+//! the text (see [`super::tool_calls`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -12,16 +14,19 @@ use super::json_body::JsonBody;
 use super::limits::PromptSize;
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
-    ChatLogprobs, ChatResponseMessage, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
+    ChatLogprobs, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
 };
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
 use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
 use super::structured_output::ConstraintFields;
+use super::tool_calls::{
+    ToolChoicePlan, ToolOutput, ToolStream, shape_output, template_messages, template_tools, tools_bytes,
+};
 use super::{AppState, ServedModel};
 use crate::engine::sampling_params::SamplingParams;
-use crate::engine::types::Operation;
+use crate::engine::types::{FinishReason, Operation};
 use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, ChatTemplateError};
 
 pub async fn create_chat_completion(
@@ -46,8 +51,17 @@ impl Endpoint for Chat {
         request.model.as_deref()
     }
 
+    /// `required` and named tool choices constrain the output to valid calls.
     fn sampling_params(request: &ChatCompletionRequest) -> Result<SamplingParams, ApiError> {
-        request.sampling_params()
+        let mut params = request.sampling_params()?;
+        if let Some(constraint) = ToolChoicePlan::of(request)?.constraint(request)? {
+            params.structured = Some(constraint);
+        }
+        Ok(params)
+    }
+
+    fn check_served(request: &ChatCompletionRequest, model: &ServedModel) -> Result<(), ApiError> {
+        ToolChoicePlan::of(request)?.check_served(model.tool_parser)
     }
 
     fn constraint_fields(request: &ChatCompletionRequest) -> ConstraintFields<'_> {
@@ -66,7 +80,7 @@ impl Endpoint for Chat {
     fn prompt_size(request: &ChatCompletionRequest) -> PromptSize {
         PromptSize {
             prompts: 1,
-            text_bytes: request.content_bytes(),
+            text_bytes: request.content_bytes() + tools_bytes(request),
         }
     }
 
@@ -74,24 +88,22 @@ impl Endpoint for Chat {
         Delivery::from_request(request.stream, request.stream_options.as_ref())
     }
 
-    fn format(request: &ChatCompletionRequest, head: ResponseHead) -> ChatFormat {
+    fn format(request: &ChatCompletionRequest, head: ResponseHead, model: &ServedModel) -> ChatFormat {
+        // `sampling_params` has refused a request whose plan does not resolve.
+        let tools = ToolChoicePlan::of(request).map_or(ToolOutput::Text, |plan| plan.output(model.tool_parser));
         ChatFormat {
             head,
             logprobs: request.logprobs.unwrap_or(false),
+            tools,
+            streams: HashMap::new(),
         }
     }
 
-    /// One prompt: the messages through the chat template.
+    /// One prompt: the messages (and tools) through the chat template.
     async fn prompts(request: ChatCompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
-        let messages: Vec<TemplateMessage> = request
-            .flattened_messages()?
-            .into_iter()
-            .map(|m| TemplateMessage {
-                role: m.role.to_string(),
-                content: m.content,
-            })
-            .collect();
-        let text = render_off_the_worker(&model.chat_template, messages).await?;
+        let messages = template_messages(&request)?;
+        let tools = template_tools(&request);
+        let text = render_off_the_worker(&model.chat_template, messages, tools).await?;
         tokenize(&model.tokenizer, vec![text]).await
     }
 }
@@ -104,9 +116,10 @@ impl Endpoint for Chat {
 async fn render_off_the_worker(
     template: &Arc<ChatTemplate>,
     messages: Vec<TemplateMessage>,
+    tools: Option<Vec<serde_json::Value>>,
 ) -> Result<String, ApiError> {
     let template = Arc::clone(template);
-    let rendered = web::block(move || template.render(&messages, true))
+    let rendered = web::block(move || template.render_with_tools(&messages, tools.as_deref(), true))
         .await
         .map_err(|_| ApiError::EngineError("the chat template task failed".into()))?;
     rendered.map_err(|e| match e {
@@ -144,6 +157,19 @@ pub struct ChatFormat {
     head: ResponseHead,
     /// `logprobs: true`: a whole response carries `logprobs` even when no token came.
     logprobs: bool,
+    /// How the text is read for tool calls.
+    tools: ToolOutput,
+    /// Each streamed choice's reader, by index.
+    streams: HashMap<u32, ToolStream>,
+}
+
+/// `stop` becomes `tool_calls` when the choice's calls say so; the engine's metrics keep
+/// `stop`, as vLLM's do.
+fn finish_reason(delta: &ChoiceDelta, tool_calls_finish: bool) -> Option<String> {
+    match delta.end {
+        Some(end) if tool_calls_finish && end.reason == FinishReason::Stop => Some("tool_calls".to_owned()),
+        _ => delta.finish_reason(),
+    }
 }
 
 impl ChatFormat {
@@ -158,6 +184,7 @@ impl ChunkFormat for ChatFormat {
         let delta = ChatDelta {
             role: Some("assistant".into()),
             content: Some(String::new()),
+            tool_calls: None,
         };
         let choice = ChatChunkChoice {
             index,
@@ -169,18 +196,34 @@ impl ChunkFormat for ChatFormat {
         Some(sse_data(&self.chunk(vec![choice])))
     }
 
-    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Bytes {
+    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Option<Bytes> {
+        let stream = self
+            .streams
+            .entry(index)
+            .or_insert_with(|| ToolStream::new(self.tools.clone()));
+        let mut piece = stream.push(&delta.text);
+        if delta.end.is_some() {
+            let rest = stream.finish();
+            piece.content.push_str(&rest.content);
+            piece.calls.extend(rest.calls);
+        }
+        let finish_reason = finish_reason(delta, stream.tool_calls_finish());
+        let logprobs = (!delta.tokens.is_empty()).then(|| chat_logprobs(&delta.tokens));
+        if piece.content.is_empty() && piece.calls.is_empty() && logprobs.is_none() && finish_reason.is_none() {
+            return None;
+        }
         let choice = ChatChunkChoice {
             index,
             delta: ChatDelta {
                 role: None,
-                content: (!delta.text.is_empty()).then(|| delta.text.clone()),
+                content: (!piece.content.is_empty()).then_some(piece.content),
+                tool_calls: (!piece.calls.is_empty()).then_some(piece.calls),
             },
-            logprobs: (!delta.tokens.is_empty()).then(|| chat_logprobs(&delta.tokens)),
-            finish_reason: delta.finish_reason(),
+            logprobs,
+            finish_reason,
             metrics: self.head.metrics(delta),
         };
-        sse_data(&self.chunk(vec![choice]))
+        Some(sse_data(&self.chunk(vec![choice])))
     }
 
     fn usage(&mut self, usage: Usage) -> Bytes {
@@ -194,12 +237,15 @@ impl ResponseFormat for ChatFormat {
     fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
         let choices = choices
             .into_iter()
-            .map(|(index, mut delta)| ChatChoice {
-                index,
-                logprobs: self.logprobs.then(|| chat_logprobs(&delta.tokens)),
-                finish_reason: delta.finish_reason(),
-                metrics: self.head.metrics(&delta),
-                message: ChatResponseMessage::assistant(std::mem::take(&mut delta.text)),
+            .map(|(index, mut delta)| {
+                let shaped = shape_output(&self.tools, std::mem::take(&mut delta.text));
+                ChatChoice {
+                    index,
+                    logprobs: self.logprobs.then(|| chat_logprobs(&delta.tokens)),
+                    finish_reason: finish_reason(&delta, shaped.tool_calls_finish),
+                    metrics: self.head.metrics(&delta),
+                    message: shaped.message,
+                }
             })
             .collect();
         let h = self.head;

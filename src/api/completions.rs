@@ -73,7 +73,7 @@ impl Endpoint for Completions {
         Delivery::from_request(request.stream, request.stream_options.as_ref())
     }
 
-    fn format(_request: &CompletionRequest, head: ResponseHead) -> CompletionFormat {
+    fn format(_request: &CompletionRequest, head: ResponseHead, _model: &ServedModel) -> CompletionFormat {
         CompletionFormat {
             head,
             offsets: HashMap::new(),
@@ -197,12 +197,12 @@ impl ChunkFormat for CompletionFormat {
         None
     }
 
-    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Bytes {
+    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Option<Bytes> {
         let offset = self.offsets.get(&index).copied().unwrap_or(0);
         let choice = self.choice(index, delta, delta.text.clone(), offset);
         let sent: u32 = delta.tokens.iter().map(|t| t.text.len() as u32).sum();
         *self.offsets.entry(index).or_default() += sent;
-        sse_data(&self.chunk(vec![choice]))
+        Some(sse_data(&self.chunk(vec![choice])))
     }
 
     fn usage(&mut self, usage: Usage) -> Bytes {

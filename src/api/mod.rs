@@ -26,6 +26,7 @@ pub mod stall_watch;
 pub mod stop_strings;
 pub mod structured_output;
 pub mod tokenize;
+pub mod tool_calls;
 pub mod validation;
 
 use std::sync::Arc;
@@ -58,6 +59,8 @@ pub struct ServedModel {
     /// Compiles output constraints over this model's vocabulary; `None` when the vocabulary
     /// cannot be mapped to bytes (constrained requests then get 400).
     pub grammars: Option<Arc<GrammarCompiler>>,
+    /// Reads `tool_choice: auto` calls; `None` unless `--enable-auto-tool-choice`.
+    pub tool_parser: Option<tool_calls::ToolParserKind>,
 }
 
 /// Shared, read-only state of every handler.

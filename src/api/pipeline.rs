@@ -107,7 +107,12 @@ pub trait Endpoint {
     /// How many prompts, how much text: measured before tokenisation, for the limits.
     fn prompt_size(request: &Self::Request) -> PromptSize;
     fn delivery(request: &Self::Request) -> Delivery;
-    fn format(request: &Self::Request, head: ResponseHead) -> Self::Format;
+    /// Refuses what the request asks of the server that the server was not started for
+    /// (chat's `tool_choice: auto` without a tool-call parser).
+    fn check_served(_request: &Self::Request, _model: &ServedModel) -> Result<(), ApiError> {
+        Ok(())
+    }
+    fn format(request: &Self::Request, head: ResponseHead, model: &ServedModel) -> Self::Format;
     /// The prompts as token ids, one per prompt the body holds.
     fn prompts(request: Self::Request, model: &ServedModel) -> impl Future<Output = Result<Vec<Vec<u32>>, ApiError>>;
 }
@@ -121,6 +126,7 @@ pub async fn serve<E: Endpoint>(
     let arrival = Instant::now();
     state.check_model(E::requested_model(&request))?;
     let mut params = E::sampling_params(&request)?;
+    E::check_served(&request, &state.model)?;
     check_logit_bias_ids(&params, state.model.token_id_bound)?;
     let constraint_param = apply_constraint_fields(&mut params, E::constraint_fields(&request))?;
     check_limits(&state.limits, E::prompt_size(&request), &params, E::PROMPT_PARAM)?;
@@ -132,7 +138,7 @@ pub async fn serve<E: Endpoint>(
     let delivery = E::delivery(&request);
     let head = ResponseHead::new(E::ID_PREFIX, &state.model.name, state.per_request_metrics);
     let id = head.id.clone();
-    let format = E::format(&request, head);
+    let format = E::format(&request, head, &state.model);
     let prompts = E::prompts(request, &state.model).await?;
     for ids in &prompts {
         check_prompt(ids, state.model.token_id_bound, E::PROMPT_PARAM)?;

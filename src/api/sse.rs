@@ -42,8 +42,8 @@ pub fn sse_data(json: &impl Serialize) -> Bytes {
 pub trait ChunkFormat: Unpin + 'static {
     /// A chunk sent before any token of a choice (chat sends the role), if any.
     fn opening(&mut self, index: u32) -> Option<Bytes>;
-    /// One choice's new output.
-    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Bytes;
+    /// One choice's new output; `None` when there is nothing to send yet (text held back).
+    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Option<Bytes>;
     /// The closing usage chunk (`stream_options.include_usage`).
     fn usage(&mut self, usage: Usage) -> Bytes;
 }
@@ -90,8 +90,8 @@ pub fn sse_response<F: ChunkFormat>(
                     let ends = std::iter::once((index, end.usage.cached_prompt_tokens));
                     counts.1 += cached_prompt_tokens(ends, prompt.choices_per_prompt);
                 }
-                let chunk = format.delta(index, &delta);
-                Some((vec![Ok(chunk)], (merged, format, counts, false)))
+                let chunks = format.delta(index, &delta).into_iter().map(Ok).collect();
+                Some((chunks, (merged, format, counts, false)))
             }
             Some((_, Err(error))) => {
                 tracing::warn!(%error, "stream ended by an engine error");

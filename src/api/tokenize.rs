@@ -124,6 +124,9 @@ async fn render_chat(template: &Arc<ChatTemplate>, request: TokenizeChatRequest)
             Ok(TemplateMessage {
                 role: m.role.as_str().to_owned(),
                 content: m.text(i)?,
+                name: None,
+                tool_calls: None,
+                tool_call_id: None,
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;

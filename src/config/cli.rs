@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// value contains '{', '}' or a newline.
     #[arg(long, env = "KILN_CHAT_TEMPLATE")]
     pub chat_template: Option<String>,
+    /// Serve `tool_choice: "auto"` (needs --tool-call-parser).
+    #[arg(long, env = "KILN_ENABLE_AUTO_TOOL_CHOICE")]
+    pub enable_auto_tool_choice: bool,
+    /// How `auto` tool calls are read from the model's text: hermes.
+    #[arg(long, env = "KILN_TOOL_CALL_PARSER")]
+    pub tool_call_parser: Option<String>,
     /// Tokens per KV-cache block.
     #[arg(long, env = "KILN_BLOCK_SIZE")]
     pub block_size: Option<usize>,
@@ -215,6 +221,8 @@ impl ServeArgs {
         set(&mut c.model.path, &self.model);
         set(&mut c.model.cache_dir, &self.cache_dir);
         set(&mut c.model.chat_template, &self.chat_template);
+        c.model.enable_auto_tool_choice |= self.enable_auto_tool_choice;
+        set(&mut c.model.tool_call_parser, &self.tool_call_parser);
         if self.dequantize_weights {
             c.model.dequantize_weights = true;
         }

@@ -68,6 +68,10 @@ pub struct ModelConfig {
     /// The operator's chat template, replacing the model's: a file, or the template itself
     /// when it contains `{`, `}` or a newline (vLLM's `--chat-template`); empty: the model's.
     pub chat_template: String,
+    /// `tool_choice: auto` is served (vLLM's `--enable-auto-tool-choice`); needs a parser.
+    pub enable_auto_tool_choice: bool,
+    /// How `auto` tool calls are read from the text (vLLM's `--tool-call-parser`): `hermes`.
+    pub tool_call_parser: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -245,6 +249,9 @@ pub enum ConfigError {
     Invalid { key: &'static str, message: String },
 }
 
+/// The `--tool-call-parser` names kiln knows (the api reads each of them).
+pub const TOOL_CALL_PARSERS: &[&str] = &["hermes"];
+
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key,
@@ -274,6 +281,19 @@ impl Config {
         format!("{}:{}", self.server.host, self.server.port)
             .parse::<SocketAddr>()
             .map_err(|err| invalid("server.host", err.to_string()))?;
+        if !self.model.tool_call_parser.is_empty() && !TOOL_CALL_PARSERS.contains(&self.model.tool_call_parser.as_str())
+        {
+            return Err(invalid(
+                "model.tool_call_parser",
+                format!("must be one of {}", TOOL_CALL_PARSERS.join(", ")),
+            ));
+        }
+        if self.model.enable_auto_tool_choice && self.model.tool_call_parser.is_empty() {
+            return Err(invalid(
+                "model.enable_auto_tool_choice",
+                "needs model.tool_call_parser (--tool-call-parser)",
+            ));
+        }
         if self.server.max_request_body_bytes < 1024 {
             return Err(invalid("server.max_request_body_bytes", "must be at least 1024"));
         }

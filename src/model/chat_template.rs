@@ -34,11 +34,22 @@ pub enum ChatTemplateError {
     LimitExceeded(RenderLimit),
 }
 
-/// One chat turn as templates see it (`message['role']`, `message['content']`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One chat turn as templates see it (`message['role']`, `message['content']`, and when
+/// present `name`, `tool_calls`, `tool_call_id`). A `null` content arrives as `""`, as vLLM
+/// renders it, so templates that concatenate `message['content']` keep working.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An assistant turn's calls as Hugging Face templates expect them: OpenAI's shape with
+    /// `function.arguments` parsed into an object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -46,6 +57,7 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            ..Self::default()
         }
     }
 }
@@ -141,6 +153,17 @@ impl ChatTemplate {
     }
 
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatTemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with the request's `tools` (each `{"type": "function",
+    /// "function": {...}}`), bound as `tools` (`none` when absent, as Hugging Face binds it).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -148,6 +171,7 @@ impl ChatTemplate {
         let mut output = CappedOutput::new(self.limits.max_output_bytes);
         let context = context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,

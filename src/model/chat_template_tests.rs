@@ -184,3 +184,45 @@ fn a_raised_exception_is_still_the_templates_message() {
     let (result, _) = render_hostile("{{ raise_exception('roles must alternate') }}");
     assert_eq!(result, Err(ChatTemplateError::Raised("roles must alternate".into())));
 }
+
+/// The Hermes-style test template (tests/data), which knows tools.
+const HERMES_TOOLS_TEMPLATE: &str = include_str!("../../tests/data/chat_templates/hermes_tools.jinja");
+
+#[test]
+fn a_tool_template_sees_tools_calls_and_results() {
+    let t = ChatTemplate::new(HERMES_TOOLS_TEMPLATE, "", "<|im_end|>").expect("compile");
+    let tools = [
+        serde_json::json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}),
+    ];
+    let call = serde_json::json!({"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}});
+    let messages = [
+        ChatMessage::new("user", "Weather in Oslo?"),
+        ChatMessage {
+            tool_calls: Some(vec![call]),
+            ..ChatMessage::new("assistant", "")
+        },
+        ChatMessage {
+            tool_call_id: Some("call_1".into()),
+            ..ChatMessage::new("tool", "sunny")
+        },
+    ];
+    let text = t.render_with_tools(&messages, Some(&tools), true).expect("render");
+    let expected = "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n\
+{\"function\": {\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": \"string\"}}, \"type\": \"object\"}}, \"type\": \"function\"}\n\
+</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n\
+<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n\
+<|im_start|>user\nWeather in Oslo?<|im_end|>\n\
+<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call><|im_end|>\n\
+<|im_start|>user\n<tool_response id=\"call_1\">\nsunny\n</tool_response><|im_end|>\n\
+<|im_start|>assistant\n";
+    assert_eq!(text, expected);
+    // Without tools the same template is plain ChatML, and `tools` is bound (as none).
+    let plain = t.render(&messages[..1], true).expect("render");
+    assert_eq!(
+        plain,
+        "<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\n"
+    );
+}

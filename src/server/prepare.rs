@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::PreparedEngine;
 use crate::api::ServedModel;
+use crate::api::tool_calls::ToolParserKind;
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
@@ -186,6 +187,11 @@ pub fn prepare_engine<E: Executor>(
             token_id_bound: id_bound,
             created,
             grammars,
+            tool_parser: config
+                .model
+                .enable_auto_tool_choice
+                .then(|| ToolParserKind::from_name(&config.model.tool_call_parser))
+                .flatten(),
         },
         executor,
         scheduler: SchedulerConfig {

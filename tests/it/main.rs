@@ -36,6 +36,7 @@ mod structured_outputs;
 mod telemetry;
 mod telemetry_external;
 mod tls;
+mod tool_calling;
 mod traces;
 mod vllm_compat;
 mod vllm_dashboards;

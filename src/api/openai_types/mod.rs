@@ -8,6 +8,7 @@ mod responses;
 pub mod schemas;
 mod structured;
 mod tokenize;
+mod tools;
 
 pub use logprobs::*;
 pub use prompt_logprobs::*;
@@ -15,6 +16,7 @@ pub use requests::*;
 pub use responses::*;
 pub use structured::*;
 pub use tokenize::*;
+pub use tools::*;
 
 #[cfg(test)]
 mod tests;

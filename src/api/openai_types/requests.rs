@@ -13,6 +13,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::schemas;
 use super::{ResponseFormatParam, StructuredOutputsParam};
+use super::tools::{ToolCall, ToolChoice, ToolDefinition};
 use crate::api::errors::ApiError;
 
 /// `prompt` of `/v1/completions`: OpenAI accepts all four shapes.
@@ -254,6 +255,12 @@ pub struct ChatMessageIn {
     pub content: Option<MessageContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The calls an assistant turn made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 /// A message with its content flattened to text, ready for a chat template.
@@ -401,6 +408,15 @@ pub struct ChatCompletionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = schemas::refused_chat_template)]
     pub chat_template: Option<serde_json::Value>,
+    /// Functions the model may call; the chat template sees them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<ToolDefinition>>,
+    /// Absent: `auto` when `tools` are sent, else `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// `false`: at most one call per choice (`required`); default `true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
 }
 
 impl ChatCompletionRequest {

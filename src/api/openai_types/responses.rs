@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 
 use super::logprobs::{ChatLogprobs, CompletionLogprobs};
 use super::prompt_logprobs::PromptLogprobMap;
+use super::tools::{DeltaToolCall, ToolCall};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
@@ -127,17 +128,31 @@ impl CompletionChunk {
     }
 }
 
+/// `content` is `null` when a tool call took the whole output (as OpenAI sends it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatResponseMessage {
     pub role: String,
-    pub content: String,
+    pub content: Option<String>,
+    /// The calls the model made; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 impl ChatResponseMessage {
     pub fn assistant(content: String) -> Self {
         Self {
             role: "assistant".to_owned(),
+            content: Some(content),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// An assistant turn that called tools, with the text before the calls if any.
+    pub fn with_tool_calls(content: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self {
+            role: "assistant".to_owned(),
             content,
+            tool_calls,
         }
     }
 }
@@ -187,6 +202,9 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Pieces of tool calls (see [`DeltaToolCall`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<DeltaToolCall>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -98,6 +98,7 @@ fn chunk_keeps_null_finish_reason_and_logprobs_and_omits_usage() {
             delta: ChatDelta {
                 role: Some("assistant".into()),
                 content: None,
+                tool_calls: None,
             },
             logprobs: None,
             finish_reason: None,

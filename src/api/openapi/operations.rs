@@ -90,6 +90,20 @@ pub fn create_completion() {}
                 "messages": [{"role": "user", "content": "Hi"}],
                 "max_completion_tokens": 4, "stream": true,
                 "stream_options": {"include_usage": true}
+            }))),
+            ("tool result" = (summary = "A tool call's result sent back, a named function \
+                forced (`tool_choice: \"auto\"` needs --enable-auto-tool-choice)", value = json!({
+                "messages": [
+                    {"role": "user", "content": "Weather in Oslo?"},
+                    {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+                ],
+                "tools": [{"type": "function", "function": {"name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                "parallel_tool_calls": false, "max_completion_tokens": 16
             })))
         )
     ),

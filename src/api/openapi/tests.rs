@@ -224,6 +224,7 @@ fn tiny_model() -> ServedModel {
         token_id_bound: 300,
         created: 0,
         grammars: None,
+        tool_parser: None,
     }
 }
 

@@ -1,0 +1,150 @@
+"""Tool calling with the official `openai` client against kiln serving the real default model
+behind a template that knows tools (--chat-template), with --enable-auto-tool-choice and
+--tool-call-parser hermes.
+
+Run by tests/it/tool_calling.rs, which starts the server and passes its base URL.
+Exits non-zero on the first failed check.
+"""
+
+import json
+import sys
+
+import openai
+from openai import OpenAI
+
+base_url = sys.argv[1]
+client = OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+model = client.models.list().data[0].id
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "The current time",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
+    },
+]
+NAMES = {t["function"]["name"] for t in TOOLS}
+QUESTION = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def create(**kwargs):
+    return client.chat.completions.create(model=model, temperature=0, max_tokens=64, **kwargs)
+
+
+def streamed(**kwargs):
+    """(content, {index: [id, name, arguments]}, finish_reason) of a streamed answer."""
+    content, calls, finish = "", {}, None
+    for chunk in create(stream=True, **kwargs):
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        delta = choice.delta
+        content += delta.content or ""
+        for call in delta.tool_calls or []:
+            if call.id is not None:
+                assert call.index not in calls, "one opening delta per call"
+                assert call.type == "function", call
+                assert call.function.arguments == "", call
+                calls[call.index] = [call.id, call.function.name, ""]
+            else:
+                assert call.index in calls, "arguments after the opening delta"
+                calls[call.index][2] += call.function.arguments or ""
+        finish = choice.finish_reason or finish
+    return content, calls, finish
+
+
+# A named function: one call of it, arguments valid for its schema; finish_reason stays
+# "stop", as OpenAI and vLLM report a forced function.
+first = create(messages=QUESTION, tools=TOOLS, tool_choice=NAMED)
+message = first.choices[0].message
+assert message.tool_calls and len(message.tool_calls) == 1, message
+call = message.tool_calls[0]
+assert call.id.startswith("chatcmpl-tool-"), call.id
+assert call.type == "function" and call.function.name == "get_weather", call
+arguments = json.loads(call.function.arguments)
+assert arguments["city"] in ("Paris", "Oslo", "Lima") and arguments["unit"] in ("celsius", "fahrenheit"), arguments
+assert first.choices[0].finish_reason == "stop", first.choices[0].finish_reason
+
+# Streaming the same request: the same call, assembled from OpenAI-style deltas.
+content, calls, finish = streamed(messages=QUESTION, tools=TOOLS, tool_choice=NAMED)
+assert list(calls) == [0], calls
+assert calls[0][1] == "get_weather" and json.loads(calls[0][2]) == arguments, calls
+assert finish == "stop", finish
+
+# The round trip: the assistant's call and the tool's result go back; the model answers.
+conversation = QUESTION + [
+    message,
+    {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21, "sky": "clear"})},
+]
+final = create(messages=conversation, tools=TOOLS, tool_choice="none")
+answer = final.choices[0]
+assert isinstance(answer.message.content, str) and answer.message.content, answer
+assert not answer.message.tool_calls, answer
+assert answer.finish_reason in ("stop", "length"), answer.finish_reason
+content, calls, finish = streamed(messages=conversation, tools=TOOLS, tool_choice="none")
+assert content == answer.message.content and not calls, (content, calls)
+
+# Required: at least one valid call; finish_reason "tool_calls".
+required = create(messages=QUESTION, tools=TOOLS, tool_choice="required")
+choice = required.choices[0]
+assert choice.finish_reason == "tool_calls", choice
+assert choice.message.tool_calls, choice
+for c in choice.message.tool_calls:
+    assert c.function.name in NAMES, c
+    json.loads(c.function.arguments)
+content, calls, finish = streamed(messages=QUESTION, tools=TOOLS, tool_choice="required")
+assert finish == "tool_calls", finish
+assert [(v[1], json.loads(v[2])) for _, v in sorted(calls.items())] == [
+    (c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls
+], calls
+
+# Auto: the model decides; whichever it does, the answer is well formed.
+auto = create(messages=QUESTION, tools=TOOLS, tool_choice="auto")
+choice = auto.choices[0]
+assert choice.finish_reason in ("stop", "length", "tool_calls"), choice
+if choice.message.tool_calls:
+    assert choice.finish_reason == "tool_calls", choice
+    for c in choice.message.tool_calls:
+        assert c.id and c.function.name, c
+        json.loads(c.function.arguments)
+else:
+    assert isinstance(choice.message.content, str), choice
+content, calls, finish = streamed(messages=QUESTION, tools=TOOLS)
+assert finish == choice.finish_reason, (finish, choice.finish_reason)
+assert len(calls) == len(choice.message.tool_calls or []), calls
+
+# Bad input: 400s, and the server goes on serving.
+for bad in (
+    {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "missing"}}},
+    {"tools": [{"type": "function", "function": {"name": "f", "parameters": "not a schema"}}]},
+    {"tools": [{"type": "function"}]},
+):
+    try:
+        create(messages=QUESTION, **bad)
+    except openai.BadRequestError:
+        pass
+    else:
+        raise AssertionError(f"accepted {bad}")
+assert create(messages=QUESTION, max_tokens=4).choices[0].message.content is not None
+
+print("openai tool-calling checks passed")
