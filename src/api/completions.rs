@@ -17,8 +17,8 @@ use super::openai_types::{
 };
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
-use super::request_log::RequestLog;
 use super::prompt_echo::PromptPositionDetail;
+use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
 use super::structured_output::ConstraintFields;
 use super::{AppState, ServedModel};

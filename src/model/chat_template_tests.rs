@@ -209,9 +209,10 @@ fn a_tool_template_sees_tools_calls_and_results() {
         },
     ];
     let text = t.render_with_tools(&messages, Some(&tools), true).expect("render");
+    // `tojson` keeps the keys in the order the client sent them, as Hugging Face's does.
     let expected = "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
 You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n\
-{\"function\": {\"name\": \"get_weather\", \"parameters\": {\"properties\": {\"city\": {\"type\": \"string\"}}, \"type\": \"object\"}}, \"type\": \"function\"}\n\
+{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}\n\
 </tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n\
 <tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n\
 <|im_start|>user\nWeather in Oslo?<|im_end|>\n\

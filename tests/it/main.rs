@@ -37,6 +37,7 @@ mod telemetry;
 mod telemetry_external;
 mod tls;
 mod tool_calling;
+mod trace_exemplars;
 mod traces;
 mod vllm_compat;
 mod vllm_dashboards;

@@ -25,14 +25,14 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// rotel printing the spans it receives; killed when dropped.
-struct Rotel {
+pub(crate) struct Rotel {
     child: Child,
     out: PathBuf,
     port: u16,
 }
 
 impl Rotel {
-    fn start(dir: &Path, grpc: bool) -> Self {
+    pub(crate) fn start(dir: &Path, grpc: bool) -> Self {
         let (grpc_port, http_port) = (free_port(), free_port());
         let out = dir.join("rotel.out");
         let file = File::create(&out).unwrap();
@@ -70,14 +70,14 @@ impl Drop for Rotel {
 
 /// One span as rotel prints it.
 #[derive(Debug, Default)]
-struct Span {
-    trace_id: String,
+pub(crate) struct Span {
+    pub(crate) trace_id: String,
     parent_id: String,
     id: String,
     name: String,
     kind: String,
     /// Attribute values as printed (`Int(4)`, `Double(0.5)`, `Str(x)`).
-    attributes: HashMap<String, String>,
+    pub(crate) attributes: HashMap<String, String>,
     events: Vec<String>,
 }
 
@@ -151,7 +151,7 @@ fn parse_spans(output: &str) -> Vec<Span> {
     out
 }
 
-fn spans_of(rotel: &Rotel, trace_id: &str, count: usize) -> Vec<Span> {
+pub(crate) fn spans_of(rotel: &Rotel, trace_id: &str, count: usize) -> Vec<Span> {
     let mut found = Vec::new();
     wait_for(&format!("{count} spans of trace {trace_id}"), || {
         found = parse_spans(&rotel.output())
@@ -163,7 +163,7 @@ fn spans_of(rotel: &Rotel, trace_id: &str, count: usize) -> Vec<Span> {
     found
 }
 
-fn kiln_to(rotel: &Rotel, grpc: bool) -> KilnProcess {
+pub(crate) fn kiln_to(rotel: &Rotel, grpc: bool) -> KilnProcess {
     let mut launch = Launch::default();
     launch.args.push("--enable-per-request-metrics".into());
     let launch = if grpc {
@@ -179,7 +179,7 @@ fn kiln_to(rotel: &Rotel, grpc: bool) -> KilnProcess {
     launch.start()
 }
 
-fn chat(
+pub(crate) fn chat(
     kiln: &KilnProcess,
     traceparent: Option<&str>,
     request_id: Option<&str>,

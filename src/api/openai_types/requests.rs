@@ -12,8 +12,8 @@ use utoipa::openapi::{RefOr, schema::Schema};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::schemas;
-use super::{ResponseFormatParam, StructuredOutputsParam};
 use super::tools::{ToolCall, ToolChoice, ToolDefinition};
+use super::{ResponseFormatParam, StructuredOutputsParam};
 use crate::api::errors::ApiError;
 
 /// `prompt` of `/v1/completions`: OpenAI accepts all four shapes.

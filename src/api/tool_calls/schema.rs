@@ -52,6 +52,8 @@ pub fn required_calls(tools: &[ToolDefinition], parallel: bool) -> Result<Value,
                 "parameters": parameters,
             },
             "required": ["name", "parameters"],
+            // Nothing but the call: an open object would let sampling wander into extra keys.
+            "additionalProperties": false,
         }));
     }
     let mut schema = json!({
