@@ -8,6 +8,10 @@
 //! Without `--model` it uses the tiny random model, where per-token engine work is smallest
 //! and so telemetry's share is largest (a pessimistic measure).
 //!
+//! `--compare tracing` instead compares two servers that both record metrics, one of them also
+//! tracing every request (OTLP spans to a loopback sink that accepts every export, and the
+//! exemplars those traced requests leave in the latency histograms): the cost of tracing.
+//!
 //! `--collector hung|failing` also has the telemetry-on server push OTLP every second to a
 //! collector on loopback that accepts connections and never answers, or answers every export
 //! with 500: serving must not notice, and the process's resident memory is recorded before and
@@ -15,6 +19,9 @@
 
 #[path = "common/server_probe.rs"]
 mod server_probe;
+
+#[path = "common/cpu_info.rs"]
+mod cpu_info;
 
 use server_probe::rss_mib;
 
@@ -44,6 +51,65 @@ struct Args {
     /// A broken OTLP collector for the telemetry-on server to push to.
     #[arg(long, value_enum, default_value_t = Collector::None)]
     collector: Collector,
+    /// What differs between the two servers.
+    #[arg(long, value_enum, default_value_t = Compare::Telemetry)]
+    compare: Compare,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Compare {
+    /// Telemetry on against off.
+    Telemetry,
+    /// Both with telemetry; one also traces every request (spans and exemplars).
+    Tracing,
+}
+
+/// OTLP exports the sink has answered (shows the traced server really exported).
+static EXPORTS_RECEIVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A loopback OTLP/HTTP sink that answers every export 200 with an empty (valid) protobuf
+/// response, so the traced server pays for building and sending spans, not for a slow peer.
+fn accepting_sink() -> anyhow::Result<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("http://{}/v1/traces", listener.local_addr()?);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let Ok(mut writer) = stream.try_clone() else { return };
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return; // the client closed the connection
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    EXPORTS_RECEIVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if reader.read_exact(&mut body).is_err()
+                        || writer
+                            .write_all(
+                                b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+                            )
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok(url)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -86,11 +152,20 @@ fn resident_kib() -> Option<u64> {
     rss_mib(Some(std::process::id())).map(|mib| (mib * 1024.0) as u64)
 }
 
-fn server(model: &str, telemetry: bool, otlp_endpoint: Option<&str>) -> anyhow::Result<TestServer> {
+fn server(
+    model: &str,
+    telemetry: bool,
+    otlp_endpoint: Option<&str>,
+    traces_endpoint: Option<&str>,
+) -> anyhow::Result<TestServer> {
     let mut config = Config::default();
     config.model.path = model.to_string();
     config.engine.kv_cache_memory = "256MiB".into();
     config.telemetry.enabled = telemetry;
+    if let Some(endpoint) = traces_endpoint {
+        // The default sampler (parent-based, always on) traces every request without a parent.
+        config.telemetry.otlp_traces_endpoint = endpoint.to_string();
+    }
     if let Some(endpoint) = otlp_endpoint {
         config.telemetry.otlp_endpoint = endpoint.to_string();
         config.telemetry.otlp_interval_s = 1.0;
@@ -147,8 +222,19 @@ fn main() -> anyhow::Result<()> {
         Collector::None => None,
         kind => Some(broken_collector(kind)?),
     };
-    let on = server(&model, true, collector.as_deref())?;
-    let off = server(&model, false, None)?;
+    let (on, off) = match args.compare {
+        Compare::Telemetry => (
+            server(&model, true, collector.as_deref(), None)?,
+            server(&model, false, None, None)?,
+        ),
+        Compare::Tracing => {
+            let sink = accepting_sink()?;
+            (
+                server(&model, true, collector.as_deref(), Some(&sink))?,
+                server(&model, true, None, None)?,
+            )
+        }
+    };
     load(&on, &args); // warm-up
     load(&off, &args);
     let rss_start = resident_kib();
@@ -166,11 +252,32 @@ fn main() -> anyhow::Result<()> {
     let rss_end = resident_kib();
     let (m_on, m_off) = (median(with.clone()), median(without.clone()));
     let cost = (m_off - m_on) / m_off * 100.0;
-    println!("| telemetry | output tok/s (median of {}) | rounds |", args.rounds);
+    // Paired by round (each pair ran back to back): the mean cost and its ~95 % interval.
+    let paired: Vec<f64> = with
+        .iter()
+        .zip(&without)
+        .map(|(on, off)| (off - on) / off * 100.0)
+        .collect();
+    let mean = paired.iter().sum::<f64>() / paired.len() as f64;
+    let spread = if paired.len() > 1 {
+        let var = paired.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / (paired.len() - 1) as f64;
+        2.0 * (var / paired.len() as f64).sqrt()
+    } else {
+        f64::NAN
+    };
+    let what = match args.compare {
+        Compare::Telemetry => "telemetry",
+        Compare::Tracing => "tracing every request",
+    };
+    println!("| {what} | output tok/s (median of {}) | rounds |", args.rounds);
     println!("|---|---|---|");
     println!("| on | {m_on:.1} | {with:.1?} |");
     println!("| off | {m_off:.1} | {without:.1?} |");
-    println!("cost of telemetry: {cost:.2} % of throughput");
+    println!("cost of {what}: {cost:.2} % of throughput (medians); paired by round {mean:.2} ± {spread:.2} %");
+    let exports = EXPORTS_RECEIVED.load(std::sync::atomic::Ordering::Relaxed);
+    if args.compare == Compare::Tracing {
+        println!("span exports received by the sink: {exports}");
+    }
     println!(
         "OTLP collector: {:?}; resident memory {} KiB before the rounds, {} KiB after",
         args.collector,
@@ -182,6 +289,9 @@ fn main() -> anyhow::Result<()> {
             "max_tokens": args.max_tokens, "on_tok_s": with, "off_tok_s": without,
             "median_on": m_on, "median_off": m_off, "cost_percent": cost,
             "collector": format!("{:?}", args.collector).to_lowercase(),
+            "compare": format!("{:?}", args.compare).to_lowercase(),
+            "paired_cost_percent": paired, "paired_cost_mean": mean, "paired_cost_95ci": spread,
+            "cpu": cpu_info::cpu_info(), "span_exports_received": exports,
             "resident_kib_start": rss_start, "resident_kib_end": rss_end});
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }

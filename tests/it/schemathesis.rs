@@ -40,7 +40,9 @@ fn schemathesis_finds_no_server_error_and_no_response_off_the_document() {
         .args(["run", &t.server.url("/openapi.json")])
         .args(["--checks", CHECKS])
         .args(["--phases", "examples,coverage,fuzzing"])
-        .args(["--max-examples", MAX_EXAMPLES, "--seed", "20260101", "--workers", "2"])
+        // One worker: with two, schemathesis 4.32.5's coverage phase once raised a KeyError in
+        // its own generator code that did not repeat (a race inside the tool, not a kiln error).
+        .args(["--max-examples", MAX_EXAMPLES, "--seed", "20260101", "--workers", "1"])
         .args(["--request-timeout", "60", "--no-color", "--generation-database", "none"])
         .args(["--report", "junit", "--report-dir"])
         .arg(reports.path())
