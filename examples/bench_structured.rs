@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --features testing --example bench_structured -- [--model PATH]
-//!     [--requests 16] [--max-tokens 32] [--output-json FILE]
+//!     [--requests 16] [--max-tokens 32] [--rounds 3] [--output-json FILE]
 //! ```
 //! Without `--model` it uses the tiny random model, where the model's own work per token is
 //! smallest, so the mask's share is largest (a pessimistic measure). Every request sets
@@ -13,7 +13,8 @@
 #[path = "common/cpu_info.rs"]
 mod cpu_info;
 
-use std::time::Instant;
+#[path = "common/paired_load.rs"]
+mod paired_load;
 
 use clap::Parser;
 use kiln::config::Config;
@@ -31,6 +32,9 @@ struct Args {
     requests: usize,
     #[arg(long, default_value_t = 32)]
     max_tokens: u32,
+    /// Alternating rounds of each side per stream count.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     #[arg(long)]
     output_json: Option<String>,
 }
@@ -45,36 +49,15 @@ fn schema() -> Value {
 /// Output tokens per second of `args.requests` completions from `streams` clients; with
 /// `constrain_half`, every other request carries the schema.
 fn load(server: &TestServer, args: &Args, streams: usize, constrain_half: bool) -> f64 {
-    let per_stream = args.requests.div_ceil(streams);
-    let start = Instant::now();
-    let tokens: u64 = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..streams)
-            .map(|s| {
-                scope.spawn(move || {
-                    let client = reqwest::blocking::Client::new();
-                    let mut tokens = 0;
-                    for i in 0..per_stream {
-                        let mut body = json!({"prompt": format!("stream {s} request {i}:"),
-                            "max_tokens": args.max_tokens, "ignore_eos": true, "seed": i});
-                        if constrain_half && (s + i) % 2 == 0 {
-                            body["response_format"] =
-                                json!({"type": "json_schema", "json_schema": {"name": "records", "schema": schema()}});
-                        }
-                        let resp: Value = client
-                            .post(server.url("/v1/completions"))
-                            .json(&body)
-                            .send()
-                            .and_then(|r| r.json())
-                            .unwrap_or_default();
-                        tokens += resp["usage"]["completion_tokens"].as_u64().unwrap_or(0);
-                    }
-                    tokens
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-    });
-    tokens as f64 / start.elapsed().as_secs_f64()
+    paired_load::completions_load(server, streams, args.requests.div_ceil(streams), |s, i| {
+        let mut body = json!({"prompt": format!("stream {s} request {i}:"),
+            "max_tokens": args.max_tokens, "ignore_eos": true, "seed": i});
+        if constrain_half && (s + i) % 2 == 0 {
+            body["response_format"] =
+                json!({"type": "json_schema", "json_schema": {"name": "records", "schema": schema()}});
+        }
+        body
+    })
 }
 
 fn main() -> anyhow::Result<()> {
@@ -94,21 +77,28 @@ fn main() -> anyhow::Result<()> {
         prepare_model(&config, open_model(std::path::Path::new(&model))?)?,
     )?;
     load(&server, &args, 1, true); // warm-up (and the schema's compile, cached from here on)
-    println!("| streams | none constrained tok/s | half constrained tok/s | cost |");
-    println!("|---|---|---|---|");
+    println!("| streams | none constrained tok/s | half constrained tok/s | cost (medians) | cost paired by round |");
+    println!("|---|---|---|---|---|");
     let mut rows = Vec::new();
     for streams in [1, 8] {
-        let free = load(&server, &args, streams, false);
-        let half = load(&server, &args, streams, true);
-        let cost = (free - half) / free * 100.0;
-        println!("| {streams} | {free:.1} | {half:.1} | {cost:.1} % |");
-        rows.push(
-            json!({"streams": streams, "none_constrained_tok_s": free, "half_constrained_tok_s": half,
-            "cost_percent": cost}),
+        let rounds = paired_load::PairedRounds::run(
+            args.rounds,
+            || load(&server, &args, streams, true),
+            || load(&server, &args, streams, false),
         );
+        let (mean, spread) = rounds.paired_cost();
+        println!(
+            "| {streams} | {:.1} | {:.1} | {:.1} % | {mean:.1} ± {spread:.1} % |",
+            rounds.median_off(),
+            rounds.median_on(),
+            rounds.median_cost()
+        );
+        let mut row = rounds.to_json();
+        row["streams"] = json!(streams);
+        rows.push(row);
     }
     if let Some(path) = &args.output_json {
-        let report = json!({"model": model, "requests": args.requests, "max_tokens": args.max_tokens,
+        let report = json!({"model": model, "requests": args.requests, "max_tokens": args.max_tokens, "rounds": args.rounds,
             "cpu": cpu_info::cpu_info(), "results": rows});
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }

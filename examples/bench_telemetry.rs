@@ -23,16 +23,17 @@ mod server_probe;
 #[path = "common/cpu_info.rs"]
 mod cpu_info;
 
-use server_probe::rss_mib;
+#[path = "common/paired_load.rs"]
+mod paired_load;
 
-use std::time::Instant;
+use server_probe::rss_mib;
 
 use clap::Parser;
 use kiln::config::Config;
 use kiln::model::loader::open_model;
 use kiln::server::prepare_model;
 use kiln::testing::{TestServer, TinyModelSpec, write_tiny_model};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[derive(Parser)]
 struct Args {
@@ -177,36 +178,12 @@ fn server(
 
 /// Output tokens per second of `requests` completions sent by `concurrency` clients.
 fn load(server: &TestServer, args: &Args) -> f64 {
-    let start = Instant::now();
-    let per_client = args.requests / args.concurrency;
-    let tokens: u64 = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..args.concurrency)
-            .map(|c| {
-                scope.spawn(move || {
-                    let client = reqwest::blocking::Client::new();
-                    let mut tokens = 0;
-                    for i in 0..per_client {
-                        let body = json!({"prompt": format!("client {c} request {i}:"), "max_tokens": args.max_tokens, "ignore_eos": true});
-                        let resp: serde_json::Value = client
-                            .post(server.url("/v1/completions"))
-                            .json(&body)
-                            .send()
-                            .and_then(|r| r.json())
-                            .unwrap_or_default();
-                        tokens += resp["usage"]["completion_tokens"].as_u64().unwrap_or(0);
-                    }
-                    tokens
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-    });
-    tokens as f64 / start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    paired_load::completions_load(
+        server,
+        args.concurrency,
+        args.requests / args.concurrency,
+        |c, i| json!({"prompt": format!("client {c} request {i}:"), "max_tokens": args.max_tokens, "ignore_eos": true}),
+    )
 }
 
 fn main() -> anyhow::Result<()> {
@@ -238,41 +215,18 @@ fn main() -> anyhow::Result<()> {
     load(&on, &args); // warm-up
     load(&off, &args);
     let rss_start = resident_kib();
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for round in 0..args.rounds {
-        // Alternate the order so drift in machine load hits both sides alike.
-        if round % 2 == 0 {
-            with.push(load(&on, &args));
-            without.push(load(&off, &args));
-        } else {
-            without.push(load(&off, &args));
-            with.push(load(&on, &args));
-        }
-    }
+    let rounds = paired_load::PairedRounds::run(args.rounds, || load(&on, &args), || load(&off, &args));
     let rss_end = resident_kib();
-    let (m_on, m_off) = (median(with.clone()), median(without.clone()));
-    let cost = (m_off - m_on) / m_off * 100.0;
-    // Paired by round (each pair ran back to back): the mean cost and its ~95 % interval.
-    let paired: Vec<f64> = with
-        .iter()
-        .zip(&without)
-        .map(|(on, off)| (off - on) / off * 100.0)
-        .collect();
-    let mean = paired.iter().sum::<f64>() / paired.len() as f64;
-    let spread = if paired.len() > 1 {
-        let var = paired.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / (paired.len() - 1) as f64;
-        2.0 * (var / paired.len() as f64).sqrt()
-    } else {
-        f64::NAN
-    };
+    let (m_on, m_off, cost) = (rounds.median_on(), rounds.median_off(), rounds.median_cost());
+    let (mean, spread) = rounds.paired_cost();
     let what = match args.compare {
         Compare::Telemetry => "telemetry",
         Compare::Tracing => "tracing every request",
     };
     println!("| {what} | output tok/s (median of {}) | rounds |", args.rounds);
     println!("|---|---|---|");
-    println!("| on | {m_on:.1} | {with:.1?} |");
-    println!("| off | {m_off:.1} | {without:.1?} |");
+    println!("| on | {m_on:.1} | {:.1?} |", rounds.on);
+    println!("| off | {m_off:.1} | {:.1?} |", rounds.off);
     println!("cost of {what}: {cost:.2} % of throughput (medians); paired by round {mean:.2} ± {spread:.2} %");
     let exports = EXPORTS_RECEIVED.load(std::sync::atomic::Ordering::Relaxed);
     if args.compare == Compare::Tracing {
@@ -285,14 +239,15 @@ fn main() -> anyhow::Result<()> {
         rss_end.map_or("?".into(), |k| k.to_string())
     );
     if let Some(path) = &args.output_json {
-        let report = json!({"model": model, "concurrency": args.concurrency, "requests": args.requests,
-            "max_tokens": args.max_tokens, "on_tok_s": with, "off_tok_s": without,
-            "median_on": m_on, "median_off": m_off, "cost_percent": cost,
+        let mut report = json!({"model": model, "concurrency": args.concurrency, "requests": args.requests,
+            "max_tokens": args.max_tokens,
             "collector": format!("{:?}", args.collector).to_lowercase(),
             "compare": format!("{:?}", args.compare).to_lowercase(),
-            "paired_cost_percent": paired, "paired_cost_mean": mean, "paired_cost_95ci": spread,
             "cpu": cpu_info::cpu_info(), "span_exports_received": exports,
             "resident_kib_start": rss_start, "resident_kib_end": rss_end});
+        if let (Some(report), Value::Object(figures)) = (report.as_object_mut(), rounds.to_json()) {
+            report.extend(figures);
+        }
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(())

@@ -96,31 +96,28 @@ impl ConstraintFields<'_> {
     }
 }
 
-impl super::openai_types::CompletionRequest {
-    pub fn constraint_fields(&self) -> ConstraintFields<'_> {
-        ConstraintFields {
-            response_format: self.response_format.as_ref(),
-            structured_outputs: self.structured_outputs.as_ref(),
-            guided_json: self.guided_json.as_ref(),
-            guided_regex: self.guided_regex.as_deref(),
-            guided_choice: self.guided_choice.as_deref(),
-            guided_grammar: self.guided_grammar.as_deref(),
+/// Both request types carry the same six constraint fields (vLLM's request types do too).
+macro_rules! constraint_fields_of {
+    ($($request:ty),+) => {$(
+        impl $request {
+            pub fn constraint_fields(&self) -> ConstraintFields<'_> {
+                ConstraintFields {
+                    response_format: self.response_format.as_ref(),
+                    structured_outputs: self.structured_outputs.as_ref(),
+                    guided_json: self.guided_json.as_ref(),
+                    guided_regex: self.guided_regex.as_deref(),
+                    guided_choice: self.guided_choice.as_deref(),
+                    guided_grammar: self.guided_grammar.as_deref(),
+                }
+            }
         }
-    }
+    )+};
 }
 
-impl super::openai_types::ChatCompletionRequest {
-    pub fn constraint_fields(&self) -> ConstraintFields<'_> {
-        ConstraintFields {
-            response_format: self.response_format.as_ref(),
-            structured_outputs: self.structured_outputs.as_ref(),
-            guided_json: self.guided_json.as_ref(),
-            guided_regex: self.guided_regex.as_deref(),
-            guided_choice: self.guided_choice.as_deref(),
-            guided_grammar: self.guided_grammar.as_deref(),
-        }
-    }
-}
+constraint_fields_of!(
+    super::openai_types::CompletionRequest,
+    super::openai_types::ChatCompletionRequest
+);
 
 /// Sets `params.structured` from the body's constraint fields and returns the parameter to
 /// name in a compile error. A constraint set before (tool calling) cannot be combined with

@@ -76,7 +76,7 @@ use super::export_health::ExportOutcomes;
 pub use env::{
     OtlpSignal, otlp_config_from_env, otlp_config_from_lookup, signal_config_from_lookup, signal_endpoint_from_base,
 };
-use transport::{GrpcHeaders, HeadersLast, blocking_client, grpc_headers, http_headers};
+use transport::{Transport, build_in_runtime};
 
 /// `OTEL_METRIC_EXPORT_INTERVAL`'s default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
@@ -339,12 +339,8 @@ impl KilnExporter {
             endpoint: cfg.endpoint.clone(),
             source,
         };
-        let (inner, runtime) = match cfg.protocol {
-            OtlpProtocol::HttpProtobuf => {
-                let client = HeadersLast {
-                    client: blocking_client(cfg)?,
-                    headers: http_headers(&cfg.headers)?,
-                };
+        let (inner, runtime) = match Transport::of(cfg)? {
+            Transport::Http(client) => {
                 let exporter = MetricExporter::builder()
                     .with_http()
                     .with_protocol(Protocol::HttpBinary)
@@ -356,15 +352,8 @@ impl KilnExporter {
                     .map_err(build_err)?;
                 (exporter, None)
             }
-            OtlpProtocol::Grpc => {
-                let headers = GrpcHeaders(grpc_headers(&cfg.headers)?.into());
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(OtlpError::Runtime)?;
-                // tonic spawns its channel's worker when the channel is built.
-                let built = {
-                    let _in_runtime = runtime.enter();
+            Transport::Grpc(headers, runtime) => {
+                let (exporter, runtime) = build_in_runtime(runtime, || {
                     MetricExporter::builder()
                         .with_tonic()
                         .with_protocol(Protocol::Grpc)
@@ -373,15 +362,9 @@ impl KilnExporter {
                         .with_interceptor(headers)
                         .with_temporality(temporality)
                         .build()
-                };
-                match built {
-                    Ok(exporter) => (exporter, Some(runtime)),
-                    Err(e) => {
-                        // A plain drop would panic if kiln builds this inside its runtime.
-                        runtime.shutdown_background();
-                        return Err(build_err(e));
-                    }
-                }
+                })
+                .map_err(build_err)?;
+                (exporter, Some(runtime))
             }
         };
         Ok(Self {

@@ -20,8 +20,8 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 
 use super::config::TracesConfig;
-use crate::stats::otlp::transport::{GrpcHeaders, HeadersLast, blocking_client, grpc_headers, http_headers};
-use crate::stats::otlp::{OtlpError, OtlpProtocol, check_endpoint};
+use crate::stats::otlp::transport::{Transport, build_in_runtime};
+use crate::stats::otlp::{OtlpError, check_endpoint};
 use crate::stats::span_exports::SpanExportCounters;
 
 /// At most this many spans per export call.
@@ -131,12 +131,8 @@ impl Exporter {
             endpoint: cfg.endpoint.clone(),
             source,
         };
-        let (mut inner, runtime) = match cfg.protocol {
-            OtlpProtocol::HttpProtobuf => {
-                let client = HeadersLast {
-                    client: blocking_client(cfg)?,
-                    headers: http_headers(&cfg.headers)?,
-                };
+        let (mut inner, runtime) = match Transport::of(cfg)? {
+            Transport::Http(client) => {
                 let exporter = SpanExporter::builder()
                     .with_http()
                     .with_protocol(Protocol::HttpBinary)
@@ -147,14 +143,8 @@ impl Exporter {
                     .map_err(build_err)?;
                 (exporter, None)
             }
-            OtlpProtocol::Grpc => {
-                let headers = GrpcHeaders(grpc_headers(&cfg.headers)?.into());
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(OtlpError::Runtime)?;
-                let built = {
-                    let _in_runtime = runtime.enter();
+            Transport::Grpc(headers, runtime) => {
+                let (exporter, runtime) = build_in_runtime(runtime, || {
                     SpanExporter::builder()
                         .with_tonic()
                         .with_protocol(Protocol::Grpc)
@@ -162,8 +152,9 @@ impl Exporter {
                         .with_timeout(cfg.timeout)
                         .with_interceptor(headers)
                         .build()
-                };
-                (built.map_err(build_err)?, Some(runtime))
+                })
+                .map_err(build_err)?;
+                (exporter, Some(runtime))
             }
         };
         inner.set_resource(&resource);

@@ -15,7 +15,6 @@ use kiln::engine::sampling_params::SamplingParams;
 use kiln::engine::trace_context::TraceContext;
 use kiln::engine::types::Operation;
 use kiln::executor::fake::FakeBehaviour;
-use serde_json::Value;
 
 use crate::common::prometheus_server::{PrometheusServer, promtool_check_metrics};
 use crate::common::{Tiny, scrape_until, start_fake};
@@ -160,35 +159,6 @@ fn poll(mut done: impl FnMut() -> bool) {
     }
 }
 
-/// `/api/v1/query_exemplars` for `query` over the last hour: (series labels, exemplar) pairs.
-fn query_exemplars(prometheus: &PrometheusServer, t: &Tiny, query: &str) -> Vec<(Value, Value)> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    let Ok(resp) = t
-        .client
-        .get(format!("http://127.0.0.1:{}/api/v1/query_exemplars", prometheus.port))
-        .query(&[
-            ("query", query.to_owned()),
-            ("start", (now - 3600).to_string()),
-            ("end", (now + 60).to_string()),
-        ])
-        .send()
-    else {
-        return Vec::new();
-    };
-    let body: Value = resp.json().expect("Prometheus answers JSON");
-    assert_ne!(body["status"], "error", "Prometheus rejected {query}: {body}");
-    let mut out = Vec::new();
-    for series in body["data"].as_array().into_iter().flatten() {
-        for exemplar in series["exemplars"].as_array().into_iter().flatten() {
-            out.push((series["seriesLabels"].clone(), exemplar.clone()));
-        }
-    }
-    out
-}
-
 #[test]
 #[ignore = "needs the prometheus server (KILN_TEST_PROMETHEUS) and promtool (KILN_TEST_PROMTOOL); .ci/run provides them"]
 fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
@@ -209,12 +179,13 @@ fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
         traced_request(&t, *trace);
         let id = trace.trace_id_hex();
         poll(|| {
-            query_exemplars(&prometheus, &t, TTFT_BUCKET)
+            prometheus
+                .query_exemplars(&t.client, TTFT_BUCKET)
                 .iter()
                 .any(|(_, e)| e["labels"]["trace_id"] == id.as_str())
         });
     }
-    let exemplars = query_exemplars(&prometheus, &t, TTFT_BUCKET);
+    let exemplars = prometheus.query_exemplars(&t.client, TTFT_BUCKET);
     for trace in &traces {
         let (series, exemplar) = exemplars
             .iter()
@@ -232,7 +203,7 @@ fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
         assert!(value <= le, "{exemplar} in {series}");
         assert_eq!(series["model_name"], "tiny-llama");
     }
-    let e2e = query_exemplars(&prometheus, &t, "vllm:e2e_request_latency_seconds_bucket");
+    let e2e = prometheus.query_exemplars(&t.client, "vllm:e2e_request_latency_seconds_bucket");
     assert!(!e2e.is_empty(), "no e2e exemplars");
     let count = prometheus.query(client, "vllm:time_to_first_token_seconds_count{job=\"kiln\"}");
     assert!(!count.is_empty(), "the OpenMetrics scrape stored no samples");

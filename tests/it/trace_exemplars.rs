@@ -5,40 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::common::prometheus_server::PrometheusServer;
 use crate::traces::{Rotel, chat, kiln_to, spans_of};
-
-/// `/api/v1/query_exemplars` for `query` over the last hour: the exemplars' trace ids.
-fn exemplar_trace_ids(client: &reqwest::blocking::Client, prometheus: &PrometheusServer, query: &str) -> Vec<String> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    let Ok(resp) = client
-        .get(format!("http://127.0.0.1:{}/api/v1/query_exemplars", prometheus.port))
-        .query(&[
-            ("query", query.to_owned()),
-            ("start", (now - 3600).to_string()),
-            ("end", (now + 60).to_string()),
-        ])
-        .send()
-    else {
-        return Vec::new(); // Prometheus is still starting
-    };
-    let Ok(body) = resp.json::<Value>() else {
-        return Vec::new();
-    };
-    assert_ne!(body["status"], "error", "Prometheus rejected {query}: {body}");
-    body["data"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|series| series["exemplars"].as_array().cloned().unwrap_or_default())
-        .filter_map(|e| e["labels"]["trace_id"].as_str().map(str::to_owned))
-        .collect()
-}
 
 #[test]
 #[ignore = "needs rotel (KILN_TEST_ROTEL) and the prometheus server (KILN_TEST_PROMETHEUS); .ci/run provides them"]
@@ -63,7 +33,11 @@ fn a_ttft_bucket_in_prometheus_links_to_the_trace_rotel_received() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let query = "vllm:time_to_first_token_seconds_bucket";
     loop {
-        let ids = exemplar_trace_ids(&kiln.client, &prometheus, query);
+        let ids: Vec<String> = prometheus
+            .query_exemplars(&kiln.client, query)
+            .into_iter()
+            .filter_map(|(_, e)| e["labels"]["trace_id"].as_str().map(str::to_owned))
+            .collect();
         if ids.iter().any(|id| id == trace_id) {
             break;
         }

@@ -97,3 +97,51 @@ impl tonic::service::Interceptor for GrpcHeaders {
         Ok(req)
     }
 }
+
+/// What an exporter of either signal is built on: kiln's blocking HTTP client with the
+/// configured headers, or those headers as gRPC metadata and the private current-thread
+/// runtime that tonic needs.
+pub(crate) enum Transport {
+    Http(HeadersLast),
+    Grpc(GrpcHeaders, tokio::runtime::Runtime),
+}
+
+impl Transport {
+    pub(crate) fn of(cfg: &OtlpConfig) -> Result<Self, OtlpError> {
+        match cfg.protocol {
+            super::OtlpProtocol::HttpProtobuf => Ok(Transport::Http(HeadersLast {
+                client: blocking_client(cfg)?,
+                headers: http_headers(&cfg.headers)?,
+            })),
+            super::OtlpProtocol::Grpc => {
+                let headers = GrpcHeaders(grpc_headers(&cfg.headers)?.into());
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(OtlpError::Runtime)?;
+                Ok(Transport::Grpc(headers, runtime))
+            }
+        }
+    }
+}
+
+/// Builds a gRPC exporter inside `runtime` (tonic spawns its channel's worker when the
+/// channel is built) and hands the runtime back beside it. On failure the runtime is shut
+/// down in the background: a plain drop would panic when kiln builds this inside its own
+/// runtime.
+pub(crate) fn build_in_runtime<E>(
+    runtime: tokio::runtime::Runtime,
+    build: impl FnOnce() -> Result<E, opentelemetry_otlp::ExporterBuildError>,
+) -> Result<(E, tokio::runtime::Runtime), opentelemetry_otlp::ExporterBuildError> {
+    let built = {
+        let _in_runtime = runtime.enter();
+        build()
+    };
+    match built {
+        Ok(exporter) => Ok((exporter, runtime)),
+        Err(e) => {
+            runtime.shutdown_background();
+            Err(e)
+        }
+    }
+}

@@ -69,6 +69,37 @@ impl PrometheusServer {
         assert_ne!(body["status"], "error", "Prometheus rejected {query}: {body}");
         body["data"]["result"].as_array().cloned().unwrap_or_default()
     }
+
+    /// `/api/v1/query_exemplars` for `query` over the last hour: each exemplar beside its
+    /// series' labels (`[]` while Prometheus is starting); panics on a rejected query.
+    pub fn query_exemplars(&self, client: &reqwest::blocking::Client, query: &str) -> Vec<(Value, Value)> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        let Ok(resp) = client
+            .get(format!("http://127.0.0.1:{}/api/v1/query_exemplars", self.port))
+            .query(&[
+                ("query", query.to_owned()),
+                ("start", (now - 3600).to_string()),
+                ("end", (now + 60).to_string()),
+            ])
+            .send()
+        else {
+            return Vec::new();
+        };
+        let Ok(body) = resp.json::<Value>() else {
+            return Vec::new();
+        };
+        assert_ne!(body["status"], "error", "Prometheus rejected {query}: {body}");
+        let mut out = Vec::new();
+        for series in body["data"].as_array().into_iter().flatten() {
+            for exemplar in series["exemplars"].as_array().into_iter().flatten() {
+                out.push((series["seriesLabels"].clone(), exemplar.clone()));
+            }
+        }
+        out
+    }
 }
 
 impl Drop for PrometheusServer {
