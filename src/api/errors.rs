@@ -61,6 +61,10 @@ pub enum ApiError {
     /// The engine failed while running the request.
     #[error("{0}")]
     EngineError(String),
+    /// The output constraint proved beyond the grammar engine's per-token limits during
+    /// generation: the client's constraint is at fault, though it compiled.
+    #[error("{0}")]
+    ConstraintFailed(String),
     /// The chat template (the model's or the operator's, never the client's) hit a render
     /// limit: a server-side fault, answered with a message that names the template and no
     /// more of it.
@@ -132,6 +136,7 @@ impl ApiError {
             | ApiError::PayloadTooLarge { .. }
             | ApiError::ContextLengthExceeded { .. }
             | ApiError::MethodNotAllowed { .. }
+            | ApiError::ConstraintFailed(_)
             | ApiError::RequestTimeout(_) => "invalid_request_error",
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => "not_found_error",
             ApiError::Overloaded { .. } => "rate_limit_exceeded",
@@ -170,6 +175,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => Some("method_not_allowed"),
             ApiError::Unauthorized => Some("invalid_api_key"),
             ApiError::ChatTemplateFailed(_) => Some("chat_template_error"),
+            ApiError::ConstraintFailed(_) => Some("constraint_failed"),
             _ => None,
         }
     }
@@ -233,9 +239,10 @@ fn field_named_by_serde(message: &str) -> Option<String> {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::InvalidParameter { .. } | ApiError::MalformedJson(_) | ApiError::ContextLengthExceeded { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::InvalidParameter { .. }
+            | ApiError::MalformedJson(_)
+            | ApiError::ContextLengthExceeded { .. }
+            | ApiError::ConstraintFailed(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,

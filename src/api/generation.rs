@@ -342,6 +342,9 @@ pub fn engine_error(error: EngineError) -> ApiError {
             message: format!("{error}; shorten the prompt"),
         },
         EngineError::Executor(_) => ApiError::EngineError(error.to_string()),
+        EngineError::Grammar(_) => {
+            ApiError::ConstraintFailed(format!("{error}; simplify the schema, regex or grammar"))
+        }
         EngineError::Unavailable => ApiError::Unavailable(error.to_string()),
     }
 }

@@ -74,6 +74,10 @@ pub enum EngineError {
     TooLong { needed: usize, available: usize },
     #[error("the model failed while running this request: {0}")]
     Executor(String),
+    /// The output constraint's matcher failed mid-generation (a grammar beyond the engine's
+    /// per-token limits), so no valid output can follow.
+    #[error("the output constraint could not be followed past this point: {0}")]
+    Grammar(String),
     /// The server is shutting down (its grace period is over) or the engine has stopped.
     #[error("the engine is not running: the server is shutting down or stopped")]
     Unavailable,
@@ -86,6 +90,7 @@ impl EngineError {
             EngineError::Overloaded { .. } => "queue_full",
             EngineError::TooLong { .. } => "too_long",
             EngineError::Executor(_) => "executor_error",
+            EngineError::Grammar(_) => "grammar_error",
             EngineError::Unavailable => "unavailable",
         }
     }

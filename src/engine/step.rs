@@ -77,6 +77,9 @@ pub struct ModelOutput {
     pub grammar_mask_seconds: Vec<f64>,
     /// Prompt logprobs computed this step, for the sequences that asked for them.
     pub prompt_logprobs: Vec<(RequestId, PromptLogprobs)>,
+    /// Constrained sequences whose matcher failed this step, with its error: they end
+    /// failed rather than with a token sampled under a broken mask.
+    pub grammar_failures: Vec<(RequestId, String)>,
 }
 
 /// Run one step.

@@ -31,6 +31,8 @@ struct SequenceGrammar {
 pub struct SequenceMask {
     pub allowed: SimpleVob,
     pub seconds: f64,
+    /// The matcher's error, when it failed (then `allowed` holds only the end tokens).
+    pub failure: Option<String>,
 }
 
 #[derive(Default)]
@@ -61,17 +63,18 @@ impl GrammarStates {
         if state.consumed != seq.num_generated {
             *state = replay(grammar.start(), &seq.output_token_ids, seq.num_generated, step);
         }
-        let allowed = match state.matcher.compute_mask_or_eos() {
-            Ok(allowed) if !allowed.is_zero() => allowed,
-            Ok(_) => end_only(grammar.end_tokens()),
+        let (allowed, failure) = match state.matcher.compute_mask_or_eos() {
+            Ok(allowed) if !allowed.is_zero() => (allowed, None),
+            Ok(_) => (end_only(grammar.end_tokens()), None),
             Err(error) => {
-                tracing::warn!(id = %seq.id, %error, "grammar matcher failed; ending the sequence");
-                end_only(grammar.end_tokens())
+                tracing::warn!(id = %seq.id, %error, "grammar matcher failed; failing the sequence");
+                (end_only(grammar.end_tokens()), Some(error_text(&error.to_string())))
             }
         };
         Some(SequenceMask {
             allowed,
             seconds: start.elapsed().as_secs_f64(),
+            failure,
         })
     }
 
@@ -109,6 +112,16 @@ impl GrammarStates {
     pub fn is_empty(&self) -> bool {
         self.sequences.is_empty()
     }
+}
+
+/// llguidance's error without its `<non-verbose/>` marker lines, on one line.
+fn error_text(error: &str) -> String {
+    error
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "<non-verbose/>")
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A state rebuilt from the grammar's start by consuming the generated tokens.

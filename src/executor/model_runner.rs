@@ -98,6 +98,7 @@ impl Executor for ModelRunner {
         let mut rest = logits.as_mut_slice();
         let mut prompt_logprobs = Vec::new();
         let mut grammar_mask_seconds = Vec::new();
+        let mut grammar_failures = Vec::new();
         self.grammars.begin_step();
         let sampled = batch
             .sequences
@@ -116,6 +117,9 @@ impl Executor for ModelRunner {
                 if let Some(mask) = self.grammars.mask(s) {
                     apply_token_mask(row, mask.allowed.as_slice());
                     grammar_mask_seconds.push(mask.seconds);
+                    if let Some(error) = mask.failure {
+                        grammar_failures.push((s.id.clone(), error));
+                    }
                 }
                 let ctx = SamplingContext {
                     params: &s.params,
@@ -135,6 +139,7 @@ impl Executor for ModelRunner {
             sampled,
             grammar_mask_seconds,
             prompt_logprobs,
+            grammar_failures,
         })
     }
 

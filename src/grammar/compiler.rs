@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use super::GrammarError;
+use super::regex_size::{MAX_REGEX_POSITIONS, expanded_positions};
 use crate::engine::structured_output::{CompiledGrammar, StructuredOutput};
 
 /// The operator's limits on what a request may ask to compile.
@@ -159,6 +160,14 @@ impl GrammarCompiler {
             return Err(GrammarError::TooLarge {
                 bytes,
                 limit: self.limits.max_source_bytes,
+            });
+        }
+        if let StructuredOutput::Regex(regex) = output
+            && let Some(positions) = expanded_positions(regex).filter(|&p| p > MAX_REGEX_POSITIONS)
+        {
+            return Err(GrammarError::RegexTooLarge {
+                positions,
+                limit: MAX_REGEX_POSITIONS,
             });
         }
         let mut hasher = Sha256::new();

@@ -6,6 +6,7 @@
 
 pub mod compiler;
 pub mod gbnf;
+mod regex_size;
 pub mod vocabulary;
 
 pub use compiler::{CompileOutcome, GrammarCompiler, GrammarLimits};
@@ -16,6 +17,8 @@ pub use vocabulary::{VocabularySpec, token_env};
 pub enum GrammarError {
     #[error("the constraint is {bytes} bytes; the limit is {limit}")]
     TooLarge { bytes: usize, limit: usize },
+    #[error("the regex expands to {positions} positions (its counted repetitions multiplied); the limit is {limit}")]
+    RegexTooLarge { positions: u64, limit: u64 },
     #[error("the constraint does not compile: {0}")]
     Invalid(String),
     #[error("the constraint did not compile within {0:?}")]
@@ -28,7 +31,7 @@ impl GrammarError {
     /// The label of the compile-failure metric and the log.
     pub fn reason(&self) -> &'static str {
         match self {
-            GrammarError::TooLarge { .. } => "too_large",
+            GrammarError::TooLarge { .. } | GrammarError::RegexTooLarge { .. } => "too_large",
             GrammarError::Invalid(_) => "invalid",
             GrammarError::Timeout(_) => "timeout",
             GrammarError::Vocabulary(_) => "unavailable",

@@ -400,6 +400,7 @@ impl Scheduler {
             }
         }
         iteration.grammar_mask_seconds.extend(&output.grammar_mask_seconds);
+        let mut grammar_failures = output.grammar_failures;
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
             let Some(index) = self.running.iter().position(|r| r.id == seq.id) else {
@@ -427,6 +428,15 @@ impl Scheduler {
                 let cached = request.cached_prompt_tokens.unwrap_or(0).min(prompt_len);
                 iteration.num_prompt_tokens_cached += cached as u64;
                 iteration.prefill_kv_computed_tokens.push((prompt_len - cached) as u64);
+            }
+            if let Some(at) = grammar_failures.iter().position(|(id, _)| *id == seq.id) {
+                // The token was sampled under a broken mask: the request fails instead.
+                let (_, message) = grammar_failures.swap_remove(at);
+                let error = EngineError::Grammar(message);
+                let (id, _, stats) = self.finish_running(index, FinishReason::Error, Some(error.error_type()), now);
+                result.events.push((id, TokenEvent::Failed { error }));
+                iteration.finished.push(stats);
+                continue;
             }
             request.output.push(sampled.token);
             iteration.num_generation_tokens += 1;

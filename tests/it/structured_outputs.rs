@@ -307,6 +307,80 @@ fn bad_constraints_get_400_naming_the_parameter_and_nothing_sticks() {
     );
 }
 
+/// Regexes pathological for one engine or another. Backtracking blow-ups (`(x+x+)+y`) are
+/// linear for llguidance's derivatives and complete with matching output. Nesting past the
+/// regex parser's limit, and counted repetitions that multiply to a billion positions (which
+/// the mask engine would meet only mid-generation), get 400 before generation starts; both
+/// request forms, streaming too. A pattern in a schema that exhausts the mask engine
+/// mid-generation fails its request with `constraint_failed`. Nothing is left running.
+#[test]
+fn pathological_regexes_get_400_or_complete_and_nothing_sticks() {
+    let t = start();
+    let nested = format!("{}a{}", "(".repeat(300), ")".repeat(300));
+    for regex in [nested.as_str(), "((a{1000}){1000}){1000}"] {
+        for (path, constraint, param) in [
+            ("/v1/completions", json!({"guided_regex": regex}), "guided_regex"),
+            (
+                "/v1/chat/completions",
+                json!({"structured_outputs": {"regex": regex}, "stream": true}),
+                "structured_outputs.regex",
+            ),
+        ] {
+            let mut body = json!({"max_tokens": 8});
+            if path.ends_with("chat/completions") {
+                body["messages"] = json!([{"role": "user", "content": "go"}]);
+            } else {
+                body["prompt"] = json!("go");
+            }
+            body.as_object_mut()
+                .expect("object")
+                .extend(constraint.as_object().expect("object").clone());
+            let (status, response) = t.post(path, &body);
+            assert_eq!(status, 400, "{}: {response}", &regex[..regex.len().min(40)]);
+            assert_eq!(response["error"]["param"], param, "{response}");
+        }
+    }
+    type Matches = fn(&str) -> bool;
+    let backtracking: [(&str, Matches); 2] = [
+        ("(x+x+)+y", |text| {
+            text.len() >= 3 && text.ends_with('y') && text[..text.len() - 1].bytes().all(|b| b == b'x')
+        }),
+        ("(a+)+$", |text| !text.is_empty() && text.bytes().all(|b| b == b'a')),
+    ];
+    for (regex, matches) in backtracking {
+        let body = json!({"prompt": "go", "max_tokens": 24, "temperature": 1.0, "seed": 5, "n": 3,
+            "guided_regex": regex});
+        let (status, response) = t.post("/v1/completions", &body);
+        assert_eq!(status, 200, "{regex}: {response}");
+        for (text, reason) in choice_texts(&response) {
+            assert!(
+                reason == "length" || matches(&text),
+                "{regex} produced {text:?} ({reason})"
+            );
+        }
+    }
+    // A pattern inside a schema is not sized up front: its request fails when the mask
+    // engine runs out of its per-token budget, with an error rather than a broken output.
+    let schema = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a{1000}){1000}$"}},
+        "required": ["s"]});
+    let body = json!({"prompt": "go", "max_tokens": 16, "guided_json": schema});
+    let (status, response) = t.post("/v1/completions", &body);
+    assert_eq!(status, 400, "{response}");
+    assert_eq!(response["error"]["code"], "constraint_failed", "{response}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let events = t.stream("/v1/completions", &streamed);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{events:?}");
+    let error: Value = serde_json::from_str(&events[events.len() - 2]).expect("an error event");
+    assert_eq!(error["error"]["code"], "constraint_failed", "{events:?}");
+    t.wait_for_load(|l| l["running"] == 0 && l["waiting"] == 0 && l["kv_cache_usage"] == 0.0);
+    let text = scrape_until(&t, |m| {
+        metric_value(m, "kiln_grammar_compile_failures_total", "reason=\"too_large\"").is_some_and(|v| v >= 2.0)
+            && metric_value(m, "kiln_structured_output_invalid_total", "reason=\"error\"").is_some_and(|v| v >= 2.0)
+    });
+    assert!(metric_value(&text, "kiln_grammar_compile_failures_total", "reason=\"invalid\"").is_some_and(|v| v >= 2.0));
+}
+
 #[test]
 fn a_constrained_and_a_free_request_share_a_batch() {
     let t = start_tiny(|_| {});
