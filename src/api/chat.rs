@@ -18,6 +18,7 @@ use super::openai_types::{
 };
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
+use super::prompt_echo::wire_prompt_logprobs;
 use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
 use super::structured_output::ConstraintFields;
@@ -101,9 +102,9 @@ impl Endpoint for Chat {
 
     /// One prompt: the messages (and tools) through the chat template.
     async fn prompts(request: ChatCompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
-        let messages = template_messages(&request)?;
-        let tools = template_tools(&request);
-        let text = render_off_the_worker(&model.chat_template, messages, tools).await?;
+        let messages = template_messages(&request.messages)?;
+        let tools = template_tools(request.tools.as_deref());
+        let text = render_off_the_worker(&model.chat_template, messages, tools, true).await?;
         tokenize(&model.tokenizer, vec![text]).await
     }
 }
@@ -113,13 +114,14 @@ impl Endpoint for Chat {
 /// the client's: a 500 that says so and echoes nothing of the template.
 ///
 /// [`RenderLimits`]: crate::model::chat_template::RenderLimits
-async fn render_off_the_worker(
+pub(super) async fn render_off_the_worker(
     template: &Arc<ChatTemplate>,
     messages: Vec<TemplateMessage>,
     tools: Option<Vec<serde_json::Value>>,
+    add_generation_prompt: bool,
 ) -> Result<String, ApiError> {
     let template = Arc::clone(template);
-    let rendered = web::block(move || template.render_with_tools(&messages, tools.as_deref(), true))
+    let rendered = web::block(move || template.render_with_tools(&messages, tools.as_deref(), add_generation_prompt))
         .await
         .map_err(|_| ApiError::EngineError("the chat template task failed".into()))?;
     rendered.map_err(|e| match e {
@@ -235,6 +237,10 @@ impl ChunkFormat for ChatFormat {
 
 impl ResponseFormat for ChatFormat {
     fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
+        let prompt_logprobs = choices
+            .iter()
+            .find_map(|(_, delta)| delta.prompt_logprobs.as_deref())
+            .map(wire_prompt_logprobs);
         let choices = choices
             .into_iter()
             .map(|(index, mut delta)| {
@@ -249,6 +255,8 @@ impl ResponseFormat for ChatFormat {
             })
             .collect();
         let h = self.head;
-        HttpResponse::Ok().json(ChatCompletionResponse::new(h.id, h.created, h.model, choices, usage))
+        let mut response = ChatCompletionResponse::new(h.id, h.created, h.model, choices, usage);
+        response.prompt_logprobs = prompt_logprobs;
+        HttpResponse::Ok().json(response)
     }
 }

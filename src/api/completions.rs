@@ -13,11 +13,11 @@ use super::json_body::JsonBody;
 use super::limits::PromptSize;
 use super::openai_types::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
-    PromptLogprob, PromptLogprobMap, TopLogprobMap, Usage, finite_logprob,
+    TopLogprobMap, Usage, finite_logprob,
 };
 use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
 use super::prompt::tokenize;
-use super::prompt_echo::PromptPositionDetail;
+use super::prompt_echo::wire_prompt_logprobs;
 use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
 use super::structured_output::ConstraintFields;
@@ -143,29 +143,6 @@ fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionL
         offset += t.text.len() as u32;
     }
     out
-}
-
-/// vLLM's wire shape of prompt logprobs: the prompt token first, then the top ones (ranked).
-fn wire_prompt_logprobs(positions: &[Option<PromptPositionDetail>]) -> Vec<Option<PromptLogprobMap>> {
-    let entry = |logprob: f32, rank: u32, text: &str| PromptLogprob {
-        logprob: finite_logprob(logprob),
-        rank,
-        decoded_token: text.to_owned(),
-    };
-    positions
-        .iter()
-        .map(|p| {
-            p.as_ref().map(|p| {
-                let mut map = vec![(p.token, entry(p.logprob, p.rank, &p.text))];
-                for (i, (token, text, logprob)) in p.top.iter().enumerate() {
-                    if *token != p.token {
-                        map.push((*token, entry(*logprob, i as u32 + 1, text)));
-                    }
-                }
-                PromptLogprobMap(map)
-            })
-        })
-        .collect()
 }
 
 pub struct CompletionFormat {

@@ -6,6 +6,7 @@
 use tokenizers::Tokenizer;
 
 use super::generation::TokenDetail;
+use super::openai_types::{PromptLogprob, PromptLogprobMap, finite_logprob};
 use crate::engine::events::{PromptLogprobs, PromptTokenLogprob};
 use crate::engine::sampling_params::SamplingParams;
 
@@ -111,6 +112,29 @@ impl PromptEcho {
         }
         Some(preamble)
     }
+}
+
+/// vLLM's wire shape of prompt logprobs: the prompt token first, then the top ones (ranked).
+pub fn wire_prompt_logprobs(positions: &[Option<PromptPositionDetail>]) -> Vec<Option<PromptLogprobMap>> {
+    let entry = |logprob: f32, rank: u32, text: &str| PromptLogprob {
+        logprob: finite_logprob(logprob),
+        rank,
+        decoded_token: text.to_owned(),
+    };
+    positions
+        .iter()
+        .map(|p| {
+            p.as_ref().map(|p| {
+                let mut map = vec![(p.token, entry(p.logprob, p.rank, &p.text))];
+                for (i, (token, text, logprob)) in p.top.iter().enumerate() {
+                    if *token != p.token {
+                        map.push((*token, entry(*logprob, i as u32 + 1, text)));
+                    }
+                }
+                PromptLogprobMap(map)
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

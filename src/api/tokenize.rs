@@ -11,13 +11,15 @@ use serde_json::value::RawValue;
 use tokenizers::Tokenizer;
 
 use super::AppState;
+use super::chat::render_off_the_worker;
 use super::errors::ApiError;
 use super::json_body::{JsonBody, parse};
 use super::openai_types::{
     DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest, TokenizeRequest, TokenizeResponse,
 };
 use super::prompt::check_prompt_ids;
-use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, ChatTemplateError};
+use super::tool_calls::{template_messages, template_tools};
+use crate::model::chat_template::ChatTemplate;
 
 /// Which of the two shapes a body is: only `messages` tells them apart.
 #[derive(Deserialize)]
@@ -116,32 +118,10 @@ async fn render_chat(template: &Arc<ChatTemplate>, request: TokenizeChatRequest)
             "`continue_final_message` and `add_generation_prompt` cannot both be true",
         ));
     }
-    let messages = request
-        .messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            Ok(TemplateMessage {
-                role: m.role.as_str().to_owned(),
-                content: m.text(i)?,
-                name: None,
-                tool_calls: None,
-                tool_call_id: None,
-            })
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
+    let messages = template_messages(&request.messages)?;
+    let tools = template_tools(request.tools.as_deref());
     let final_content = messages.last().map(|m| m.content.clone()).unwrap_or_default();
-    let template = Arc::clone(template);
-    let rendered = web::block(move || template.render(&messages, add_generation_prompt))
-        .await
-        .map_err(|_| ApiError::EngineError("the chat template task failed".into()))?
-        .map_err(|e| match e {
-            ChatTemplateError::LimitExceeded(limit) => ApiError::ChatTemplateFailed(format!(
-                "The model's chat template exceeded its {limit} while rendering this request; the \
-                 server's operator must fix the template (--chat-template)."
-            )),
-            other => ApiError::invalid("messages", format!("the chat template refused the messages: {other}")),
-        })?;
+    let rendered = render_off_the_worker(template, messages, tools, add_generation_prompt).await?;
     if !continue_final {
         return Ok(rendered);
     }

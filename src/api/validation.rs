@@ -317,10 +317,10 @@ impl ChatCompletionRequest {
             ));
         }
         check_stream_options(self.stream, self.stream_options.is_some())?;
-        if self.prompt_logprobs.is_some() {
+        if self.prompt_logprobs.is_some() && self.stream == Some(true) {
             return Err(ApiError::invalid(
                 "prompt_logprobs",
-                "`prompt_logprobs` is served on /v1/completions only",
+                "`prompt_logprobs` is not available with `stream: true` on chat (as in vLLM)",
             ));
         }
         let logprobs_on = self.logprobs == Some(true);
@@ -450,7 +450,11 @@ mod tests {
             rejected_param(completion(json!({"prompt_logprobs": 21}))),
             "prompt_logprobs"
         );
-        assert_eq!(rejected_param(chat(json!({"prompt_logprobs": 1}))), "prompt_logprobs");
+        assert_eq!(
+            rejected_param(chat(json!({"prompt_logprobs": 1, "stream": true}))),
+            "prompt_logprobs"
+        );
+        assert_eq!(chat(json!({"prompt_logprobs": 1})).unwrap().prompt_logprobs, Some(1));
         let p = completion(json!({"echo": true, "logprobs": 3, "prompt_logprobs": 1})).unwrap();
         assert!(p.echo && p.return_prompt_logprobs);
         assert_eq!(p.prompt_logprobs, Some(3), "echo's logprobs need the larger top-k");

@@ -212,6 +212,47 @@ fn echo_returns_the_prompt_and_its_logprobs_which_match_prompt_logprobs() {
     );
 }
 
+/// Chat answers `prompt_logprobs` once, at the top of the response, for the prompt the chat
+/// template rendered (the tokens `/tokenize` gives for the same messages); not with `stream`,
+/// as in vLLM.
+#[test]
+fn chat_answers_prompt_logprobs_for_the_rendered_prompt() {
+    let t = start_tiny(|_| {});
+    let messages = json!([{"role": "user", "content": "hello world"}]);
+    let (_, tok) = t.post("/tokenize", &json!({"messages": messages}));
+    let prompt_ids = ids(&tok["tokens"]);
+    let body = json!({"messages": messages, "max_tokens": 2, "n": 2, "prompt_logprobs": 2});
+    let (status, v) = t.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_ids.len(), "{v}");
+    let positions = v["prompt_logprobs"].as_array().expect("top-level prompt_logprobs");
+    assert_eq!(positions.len(), prompt_ids.len());
+    assert!(positions[0].is_null(), "the first prompt token has no logprob");
+    for (p, position) in positions.iter().enumerate().skip(1) {
+        let map = position.as_object().expect("a map per position");
+        let own = &map[&prompt_ids[p].to_string()];
+        assert!(own["logprob"].as_f64().expect("logprob") <= 0.0, "{own}");
+        assert!(
+            (1..=3).contains(&map.len()),
+            "the prompt's token and the top 2: {map:?}"
+        );
+        assert!(
+            map.values().any(|e| e["rank"] == 1),
+            "the most likely token is listed: {map:?}"
+        );
+    }
+    assert!(
+        v["choices"][0].get("prompt_logprobs").is_none(),
+        "once per response, not per choice"
+    );
+    let (status, plain) = t.post("/v1/chat/completions", &json!({"messages": messages, "max_tokens": 1}));
+    assert_eq!(status, 200);
+    assert!(plain.get("prompt_logprobs").is_none(), "only when asked: {plain}");
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    assert_eq!(refused_param(&t, "/v1/chat/completions", streamed), "prompt_logprobs");
+}
+
 #[test]
 fn prompt_logprobs_skip_the_prefix_cache() {
     let t = start_tiny(|c| c.engine.enable_prefix_caching = true);

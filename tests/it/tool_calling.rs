@@ -135,6 +135,42 @@ fn tools_calls_and_results_reach_the_template() {
     );
 }
 
+/// `/tokenize` renders messages with their tools, calls and results as chat does, so a
+/// client can count a tool-using prompt before sending it.
+#[test]
+fn tokenize_renders_tools_and_calls_as_chat_does() {
+    let t = start_with_tools();
+    let conversation = json!([
+        {"role": "user", "content": "What is the weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"unit\": \"c\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 degrees"},
+    ]);
+    let chat_count = prompt_tokens(
+        &t,
+        &chat(json!({"tools": tools(), "tool_choice": "none", "messages": conversation})),
+    );
+    let tokenize = |body: Value| {
+        let (status, answer) = t.post("/tokenize", &body);
+        assert_eq!(status, 200, "{answer}");
+        answer["count"].as_u64().expect("count")
+    };
+    let with_tools = tokenize(json!({"messages": conversation, "tools": tools()}));
+    assert_eq!(with_tools, chat_count, "/tokenize counts the prompt chat computes");
+    let without_tools = tokenize(json!({"messages": conversation}));
+    assert!(
+        without_tools + 50 < with_tools,
+        "the tools reached the template: {without_tools} -> {with_tools}"
+    );
+    let (status, error) = t.post(
+        "/tokenize",
+        &json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "get_time", "arguments": "{oops"}}]}]}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["param"], "messages[0].tool_calls[0].function.arguments");
+}
+
 #[test]
 fn tool_choice_none_is_plain_text() {
     let t = start_with_tools();

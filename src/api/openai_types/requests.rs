@@ -399,9 +399,10 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(schema_with = schemas::logit_bias)]
     pub logit_bias: Option<HashMap<String, f64>>,
-    /// Served on `/v1/completions` only: any value but `null` is refused here.
+    /// vLLM extension: the top-k logprobs of each prompt position, in the response's
+    /// top-level `prompt_logprobs` (not with `stream`, as in vLLM).
     #[serde(default)]
-    #[schema(schema_with = schemas::completions_only)]
+    #[schema(maximum = 20)]
     pub prompt_logprobs: Option<u32>,
     /// vLLM renders a template sent with the request; kiln never does (a template is code
     /// run on the server), so any value but `null` is refused with a 400 naming this field.

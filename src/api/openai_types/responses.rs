@@ -177,6 +177,10 @@ pub struct ChatCompletionResponse {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: Usage,
+    /// vLLM extension, with `prompt_logprobs`: per prompt position, `null` for the first
+    /// (one prompt for every choice, so once per response, as in vLLM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprobMap>>>,
 }
 
 impl ChatCompletionResponse {
@@ -190,6 +194,7 @@ impl ChatCompletionResponse {
             model,
             choices,
             usage,
+            prompt_logprobs: None,
         }
     }
 }

@@ -114,14 +114,6 @@ pub fn refused_chat_template() -> RefOr<Schema> {
         .into()
 }
 
-/// A field served on `/v1/completions` only: chat refuses any value but `null`.
-pub fn completions_only() -> RefOr<Schema> {
-    ObjectBuilder::new()
-        .schema_type(Type::Null)
-        .description(Some("Not served on chat; use `/v1/completions`."))
-        .into()
-}
-
 /// Keys that Rust's `u32::from_str` reads (an optional `+`, then digits).
 const TOKEN_ID_KEY_PATTERN: &str = "^\\+?[0-9]{1,10}$";
 

@@ -7,8 +7,8 @@ use utoipa::openapi::schema::Schema;
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::ChatMessageIn;
 use super::schemas;
+use super::{ChatMessageIn, ToolDefinition};
 
 /// `/tokenize` with a text prompt.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -43,6 +43,9 @@ pub struct TokenizeChatRequest {
     pub add_special_tokens: Option<bool>,
     #[serde(default)]
     pub return_token_strs: Option<bool>,
+    /// Functions the chat template sees, as in a chat request (vLLM's field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<ToolDefinition>>,
     /// Refused like the chat endpoint's: the server renders only its own template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = schemas::refused_chat_template)]

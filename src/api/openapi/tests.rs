@@ -139,7 +139,8 @@ fn enumerated_values_are_the_ones_validation_takes() {
         ));
     }
     assert!(accepts(CHAT, &body_with(CHAT, "prompt_logprobs", Value::Null)));
-    assert!(!accepts(CHAT, &body_with(CHAT, "prompt_logprobs", json!(1))));
+    assert!(accepts(CHAT, &body_with(CHAT, "prompt_logprobs", json!(20))));
+    assert!(!accepts(CHAT, &body_with(CHAT, "prompt_logprobs", json!(21))));
 
     assert_eq!(schemas[CHAT]["properties"]["chat_template"]["type"], "null");
     assert!(accepts(CHAT, &body_with(CHAT, "chat_template", Value::Null)));

@@ -2,6 +2,7 @@
 //! that holds `required` and named choices to the tools' schemas, and the reading of the
 //! generated text back into OpenAI `tool_calls`, whole or streamed (vLLM's serving_chat).
 
+mod call_head;
 mod hermes;
 mod output;
 mod schema;

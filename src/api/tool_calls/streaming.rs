@@ -1,9 +1,11 @@
 //! A streamed choice's text read into OpenAI deltas as it arrives: content passes through
 //! until a call begins; each call then goes out as an opening delta (index, id, type, name,
 //! `arguments: ""`) and its arguments. Text that may still turn into a call is held back.
-//! Named choices stream their arguments as they come; Hermes and `required` calls go out
-//! whole, once their JSON closes.
+//! Named choices stream their arguments as they come; so do Hermes and `required` calls
+//! once their head (`{"name": ..., "arguments": {`) has come, and a call shaped otherwise
+//! goes out whole once its JSON closes.
 
+use super::call_head::{Head, call_head};
 use super::output::RequiredCall;
 use super::{ToolOutput, ToolParserKind, hermes, new_tool_call_id};
 use crate::api::openai_types::DeltaToolCall;
@@ -33,6 +35,21 @@ enum Required {
     Over,
 }
 
+/// A call opened in the stream whose arguments are sent as they come.
+#[derive(Debug)]
+struct OpenCall {
+    index: u32,
+    /// Where the arguments object begins in the buffer.
+    arguments_at: usize,
+    /// How far into the buffer the arguments have been sent.
+    sent: usize,
+}
+
+/// The keys a Hermes call's arguments go by (vLLM accepts both).
+const HERMES_ARGUMENTS: &[&str] = &["arguments", "parameters"];
+/// The key of a `required` element's arguments (the schema's).
+const REQUIRED_ARGUMENTS: &[&str] = &["parameters"];
+
 /// One choice's reader.
 #[derive(Debug)]
 pub struct ToolStream {
@@ -43,6 +60,7 @@ pub struct ToolStream {
     calls_sent: u32,
     hermes: Hermes,
     required: Required,
+    open: Option<OpenCall>,
 }
 
 impl ToolStream {
@@ -54,6 +72,7 @@ impl ToolStream {
             calls_sent: 0,
             hermes: Hermes::Text,
             required: Required::BeforeArray,
+            open: None,
         }
     }
 
@@ -95,6 +114,11 @@ impl ToolStream {
             ToolOutput::Parsed(ToolParserKind::Hermes) => {
                 let rest = std::mem::take(&mut self.buffer);
                 match self.hermes {
+                    Hermes::InCall if self.open.is_some() => {
+                        self.buffer = rest;
+                        self.stream_arguments(self.buffer.len(), &mut piece.calls);
+                        self.open = None;
+                    }
                     // An unterminated last call runs to the end, as in the whole response.
                     Hermes::InCall => match hermes::parse_call(&rest) {
                         Some(call) => self.send_call(call.name, call.arguments, &mut piece),
@@ -106,10 +130,51 @@ impl ToolStream {
             ToolOutput::Required => {
                 if self.calls_sent == 0 {
                     piece.content = std::mem::take(&mut self.raw);
+                } else if self.open.is_some() {
+                    // Cut short: what came of the last call's arguments has been sent.
+                    self.stream_arguments(self.buffer.len(), &mut piece.calls);
+                    self.open = None;
                 }
             }
         }
         piece
+    }
+
+    /// Opens the call at the front of the buffer once its head has come (false while it has
+    /// not, or when the call is shaped otherwise and must be read whole), then sends its
+    /// arguments up to `limit` bytes of the buffer or their closing brace.
+    fn open_and_stream(&mut self, keys: &[&str], limit: usize, piece: &mut StreamPiece) -> bool {
+        if self.open.is_none() {
+            let Head::Found { name, arguments_at } = call_head(&self.buffer[..limit], keys) else {
+                return false;
+            };
+            let index = self.calls_sent;
+            piece
+                .calls
+                .push(DeltaToolCall::opening(index, new_tool_call_id(), name));
+            self.calls_sent += 1;
+            self.open = Some(OpenCall {
+                index,
+                arguments_at,
+                sent: arguments_at,
+            });
+        }
+        self.stream_arguments(limit, &mut piece.calls);
+        true
+    }
+
+    /// Sends the open call's arguments that have come, up to `limit` or their end.
+    fn stream_arguments(&mut self, limit: usize, calls: &mut Vec<DeltaToolCall>) {
+        let Some(open) = self.open.as_mut() else { return };
+        let arguments = &self.buffer[open.arguments_at..limit];
+        let end = json_object_end(arguments).map_or(limit, |e| open.arguments_at + e);
+        if end > open.sent {
+            calls.push(DeltaToolCall::arguments(
+                open.index,
+                self.buffer[open.sent..end].to_owned(),
+            ));
+            open.sent = end;
+        }
     }
 
     fn open_named(&mut self, name: &str, piece: &mut StreamPiece) {
@@ -154,11 +219,19 @@ impl ToolStream {
                     return;
                 }
                 Hermes::InCall => {
-                    let Some(end) = self.buffer.find(hermes::END) else {
+                    let end = self.buffer.find(hermes::END);
+                    let limit = end.unwrap_or(self.buffer.len());
+                    let streamed = self.open_and_stream(HERMES_ARGUMENTS, limit, piece);
+                    let Some(end) = end else {
                         return;
                     };
                     let json: String = self.buffer.drain(..end + hermes::END.len()).collect();
                     let json = &json[..end];
+                    self.hermes = Hermes::Text;
+                    if streamed {
+                        self.open = None;
+                        continue;
+                    }
                     match hermes::parse_call(json) {
                         Some(call) => self.send_call(call.name, call.arguments, piece),
                         None => {
@@ -166,7 +239,6 @@ impl ToolStream {
                             self.content(&raw, piece);
                         }
                     }
-                    self.hermes = Hermes::Text;
                 }
             }
         }
@@ -188,10 +260,17 @@ impl ToolStream {
                     self.buffer.drain(..1);
                 }
                 (Required::InArray, '{') => {
-                    let Some(end) = json_object_end(&self.buffer) else {
+                    let end = json_object_end(&self.buffer);
+                    let limit = end.unwrap_or(self.buffer.len());
+                    let streamed = self.open_and_stream(REQUIRED_ARGUMENTS, limit, piece);
+                    let Some(end) = end else {
                         return;
                     };
                     let element: String = self.buffer.drain(..end).collect();
+                    if streamed {
+                        self.open = None;
+                        continue;
+                    }
                     match serde_json::from_str::<RequiredCall>(&element) {
                         Ok(call) => {
                             let arguments = call.arguments();

@@ -4,14 +4,14 @@
 use serde_json::{Value, json};
 
 use crate::api::errors::ApiError;
-use crate::api::openai_types::ChatCompletionRequest;
+use crate::api::openai_types::{ChatCompletionRequest, ChatMessageIn, ToolDefinition};
 use crate::model::chat_template::ChatMessage as TemplateMessage;
 
 /// The messages as the template sees them. Call arguments arrive as JSON text and are given
 /// to the template parsed (empty: `{}`), as vLLM and Hugging Face templates expect.
-pub fn template_messages(request: &ChatCompletionRequest) -> Result<Vec<TemplateMessage>, ApiError> {
-    request
-        .messages
+/// Shared by chat and `/tokenize`, so both render the same prompt.
+pub fn template_messages(messages: &[ChatMessageIn]) -> Result<Vec<TemplateMessage>, ApiError> {
+    messages
         .iter()
         .enumerate()
         .map(|(i, m)| {
@@ -53,8 +53,8 @@ pub fn template_messages(request: &ChatCompletionRequest) -> Result<Vec<Template
 }
 
 /// `tools` for the template: each `{"type": "function", "function": {...}}`.
-pub fn template_tools(request: &ChatCompletionRequest) -> Option<Vec<Value>> {
-    let tools = request.tools.as_ref()?;
+pub fn template_tools(tools: Option<&[ToolDefinition]>) -> Option<Vec<Value>> {
+    let tools = tools?;
     Some(tools.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
 }
 

@@ -264,7 +264,29 @@ fn hermes_streams_content_then_calls_whatever_the_chunking() {
             json!({"city": "Zürich <x>"})
         );
         assert_eq!((calls[1].2.as_str(), calls[1].3.as_str()), ("get_time", "{}"));
+        if step < 10 {
+            assert!(
+                argument_deltas(&deltas, 0) > 1,
+                "step {step}: the arguments arrive as they are generated"
+            );
+        }
     }
+    // Keys in another order: the call is read whole once it closes.
+    let reversed = "<tool_call>{\"arguments\": {\"city\": \"Oslo\"}, \"name\": \"get_weather\"}</tool_call>";
+    let (_, deltas, finish) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), reversed, 3);
+    let calls = assemble(&deltas);
+    assert!(finish);
+    assert_eq!((calls.len(), calls[0].2.as_str()), (1, "get_weather"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls[0].3).unwrap(),
+        json!({"city": "Oslo"})
+    );
+    // Cut short inside the arguments: what came of them has been sent, under the opened call.
+    let cut = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os";
+    let (content, deltas, _) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), cut, 2);
+    let calls = assemble(&deltas);
+    assert_eq!((content.as_str(), calls.len()), ("", 1));
+    assert_eq!(calls[0].3, "{\"city\": \"Os");
     // Text with a lone `<` that never becomes a tag is all content, in order.
     let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), "a < b <tool", 1);
     assert_eq!((content.as_str(), deltas.len(), finish), ("a < b <tool", 0, false));
@@ -274,8 +296,18 @@ fn hermes_streams_content_then_calls_whatever_the_chunking() {
     assert_eq!((content.as_str(), deltas.len(), finish), (bad, 0, false));
 }
 
+/// How many deltas carried arguments of call `index`.
+fn argument_deltas(deltas: &[DeltaToolCall], index: u32) -> usize {
+    deltas
+        .iter()
+        .filter(|d| {
+            d.index == index && d.id.is_none() && d.function.arguments.as_deref().is_some_and(|a| !a.is_empty())
+        })
+        .count()
+}
+
 #[test]
-fn required_streams_each_call_once_its_json_closes() {
+fn required_streams_each_call_as_it_comes() {
     let text =
         r#" [{"name": "get_weather", "parameters": {"city": "a}\"]b"}}, {"name": "get_time", "parameters": {}}]"#;
     for step in [1, 5, 1000] {
@@ -288,6 +320,10 @@ fn required_streams_each_call_once_its_json_closes() {
             serde_json::from_str::<Value>(&calls[0].3).unwrap(),
             json!({"city": "a}\"]b"})
         );
+        assert_eq!(calls[1].3, "{}");
+        if step < 10 {
+            assert!(argument_deltas(&deltas, 0) > 1, "step {step}: arguments as they come");
+        }
     }
     let (content, deltas, finish) = stream_all(ToolOutput::Required, "not json", 3);
     assert_eq!((content.as_str(), deltas.len(), finish), ("not json", 0, false));
@@ -325,20 +361,20 @@ fn template_inputs_carry_tools_calls_and_results() {
             {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": ""}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]}));
-    let messages = template_messages(&req).expect("messages");
+    let messages = template_messages(&req.messages).expect("messages");
     assert_eq!(messages[1].content, "");
     let calls = messages[1].tool_calls.as_ref().expect("calls");
     assert_eq!(calls[0]["function"]["arguments"], json!({"city": "Oslo"}));
     assert_eq!(calls[1]["function"]["arguments"], json!({}));
     assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
-    let tools = template_tools(&req).expect("tools");
+    let tools = template_tools(req.tools.as_deref()).expect("tools");
     assert_eq!(tools[0]["function"]["name"], "get_weather");
     assert!(tools_bytes(&req) > 0);
     let bad = request(
         json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}),
     );
-    match template_messages(&bad) {
+    match template_messages(&bad.messages) {
         Err(ApiError::InvalidParameter { param, .. }) => {
             assert_eq!(param, "messages[0].tool_calls[0].function.arguments")
         }
