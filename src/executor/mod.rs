@@ -3,6 +3,7 @@
 pub mod actor;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod filtered_sampling;
 pub mod grammar_states;
 pub mod host_pool;
 pub mod logit_masks;

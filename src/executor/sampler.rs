@@ -4,6 +4,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::filtered_sampling;
 use super::logit_masks::{apply_logit_bias, mask_before_min_tokens};
 use crate::engine::events::TokenLogprobs;
 use crate::engine::sampling_params::SamplingParams;
@@ -90,48 +91,10 @@ fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext<'_>) {
     }
 }
 
+/// Temperature, top-k, top-p and min-p, then a weighted draw (see [`filtered_sampling`]).
 fn sample_filtered(logits: &[f32], params: &SamplingParams, rng: &mut StdRng) -> u32 {
-    let inv_t = 1.0 / params.temperature.max(1e-5);
-    // Candidates sorted by logit, best first; top-k cuts before the sort.
-    let mut candidates: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l * inv_t)).collect();
-    let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1);
-    if let Some(k) = params
-        .top_k
-        .map(|k| k as usize)
-        .filter(|&k| k > 0 && k < candidates.len())
-    {
-        candidates.select_nth_unstable_by(k - 1, by_logit_desc);
-        candidates.truncate(k);
-    }
-    candidates.sort_unstable_by(by_logit_desc);
-    let max = candidates[0].1;
-    let mut probs: Vec<f32> = candidates.iter().map(|&(_, l)| (l - max).exp()).collect();
-    let total: f32 = probs.iter().sum();
-    probs.iter_mut().for_each(|p| *p /= total);
-    let mut keep = probs.len();
-    if params.top_p < 1.0 {
-        let mut cumulative = 0.0;
-        for (i, p) in probs.iter().enumerate() {
-            cumulative += p;
-            if cumulative >= params.top_p {
-                keep = i + 1;
-                break;
-            }
-        }
-    }
-    if params.min_p > 0.0 {
-        let threshold = probs[0] * params.min_p;
-        keep = keep.min(probs.iter().take_while(|&&p| p >= threshold).count().max(1));
-    }
-    let kept_total: f32 = probs[..keep].iter().sum();
-    let mut draw = rng.random::<f32>() * kept_total;
-    for (i, p) in probs[..keep].iter().enumerate() {
-        if draw < *p {
-            return candidates[i].0;
-        }
-        draw -= p;
-    }
-    candidates[keep - 1].0
+    let candidates = filtered_sampling::candidates(logits, params);
+    filtered_sampling::draw(&candidates, rng).unwrap_or_else(|| argmax(logits))
 }
 
 /// Keeps only the logits a grammar allows: `allowed` holds one bit per token id, least
