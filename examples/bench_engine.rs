@@ -1,5 +1,7 @@
-//! The engine without HTTP: prefill and decode tokens per second at batch sizes 1, 8 and 32,
-//! and the model's achieved GFLOP/s against the matmul rate measured in the same run.
+//! The engine without HTTP: prefill and decode tokens per second at batch sizes 1, 8 and 32
+//! and at one stream deep into a long context, the model's achieved GFLOP/s against the
+//! matmul rate measured in the same run, and where a one-stream decode step goes (bytes per
+//! token against the memory bandwidth measured in the same run).
 //!
 //! ```text
 //! cargo run --release --example bench_engine -- --model PATH [--output-json FILE]
@@ -20,6 +22,10 @@ use kiln::testing::{direct_engine, greedy_request};
 
 #[path = "common/cpu_info.rs"]
 mod cpu_info;
+#[path = "common/decode_profile.rs"]
+mod decode_profile;
+#[path = "common/reference_check.rs"]
+mod reference_check;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -38,6 +44,24 @@ struct Args {
     /// CPU kernels: auto, avx512, avx2 or portable (as `kiln serve --cpu-kernels`).
     #[arg(long, default_value = "auto")]
     cpu_kernels: String,
+    /// Context length of the long-context decode case (its prompt is prefilled first); 0
+    /// skips it.
+    #[arg(long, default_value_t = 4096)]
+    long_context: usize,
+    /// Passes over the model's matrices for the one-stream decode profile; 0 skips it.
+    #[arg(long, default_value_t = 5)]
+    profile_passes: usize,
+    /// A greedy reference (the format of `../shared/reference/smollm2-greedy.json`) to check
+    /// the engine against first; a mismatch ends the run with an error before any figure.
+    #[arg(long)]
+    reference: Option<String>,
+    /// Largest allowed first-step logit difference against `--reference`.
+    #[arg(long, default_value_t = 1e-3)]
+    logit_tolerance: f32,
+    /// Skip the kernel-rate table (the packed kernels are the CPU's; on a GPU they say nothing
+    /// about the device).
+    #[arg(long)]
+    skip_kernel_rates: bool,
 }
 
 /// Median GFLOP/s over 15 runs of `product`, which does `2 · rows · k · n` FLOPs.
@@ -91,11 +115,23 @@ fn main() -> anyhow::Result<()> {
     report.insert("cpu".into(), cpu_info::cpu_info());
     report.insert("cpu_kernels".into(), kernels.name().into());
 
+    if let Some(reference) = &args.reference {
+        println!("| reference case | greedy tokens | first-step logits |");
+        println!("|---|---|---|");
+        let parity = reference_check::check(path, std::path::Path::new(reference), args.logit_tolerance)?;
+        report.insert("reference_parity".into(), parity);
+    }
+
     // The two kernels on the model's largest projection shape, in this run.
     println!("| rows | burn f32 matmul GFLOP/s | packed Q4_1 kernel GFLOP/s |");
     println!("|---|---|---|");
     let mut rates = Vec::new();
-    for rows in [1usize, 8, 32, args.prefill_len] {
+    let kernel_rows: &[usize] = if args.skip_kernel_rates {
+        &[]
+    } else {
+        &[1, 8, 32, args.prefill_len]
+    };
+    for &rows in kernel_rows {
         let dense = matmul_rate(rows, cfg.hidden_size, cfg.intermediate_size);
         let packed = packed_rate(rows, cfg.hidden_size, cfg.intermediate_size);
         println!("| {rows} | {dense:.1} | {packed:.1} |");
@@ -103,7 +139,9 @@ fn main() -> anyhow::Result<()> {
     }
     report.insert("matmul_rates".into(), rates.into());
     let rate = |rows: usize| {
-        if args.dequantize_weights {
+        if args.skip_kernel_rates {
+            f64::NAN
+        } else if args.dequantize_weights {
             matmul_rate(rows, cfg.hidden_size, cfg.intermediate_size)
         } else {
             packed_rate(rows, cfg.hidden_size, cfg.intermediate_size)
@@ -174,8 +212,107 @@ fn main() -> anyhow::Result<()> {
             json!({"tok_s": tps, "gflops": gflops, "matmul_gflops": rate}),
         );
     }
+    let one_stream_tps = report
+        .get("decode_1")
+        .and_then(|d| d["tok_s"].as_f64())
+        .unwrap_or(f64::NAN);
+    // The prompt and its decode steps must fit the model's context.
+    let context = args
+        .long_context
+        .min(cfg.max_position_embeddings.saturating_sub(args.decode_steps + 1));
+    if context > 0 {
+        let tps = long_context_decode(path, &args, context, vocab)?;
+        println!("| decode at {context} tokens of context | 1 | {tps:.1} | | |");
+        report.insert(
+            "decode_long_context".into(),
+            json!({"context": context, "tok_s": tps, "short_context_tok_s": one_stream_tps}),
+        );
+    }
+    // The profile times the packed CPU kernels on the GGUF's own matrices.
+    let packed_gguf = !args.dequantize_weights && path.extension().is_some_and(|e| e == "gguf");
+    if args.profile_passes > 0 && packed_gguf {
+        let profile = decode_profile::profile(path, args.profile_passes)?;
+        report.insert("decode_profile".into(), print_profile(&profile, one_stream_tps));
+    }
     if let Some(path) = args.output_json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(())
+}
+
+/// One stream decoding at `context` tokens of context: the prompt is prefilled in
+/// chunks first, then only the decode steps are timed.
+fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, vocab: u32) -> anyhow::Result<f64> {
+    let (mut s, mut r) = direct_engine(path, |c| {
+        c.model.dequantize_weights = args.dequantize_weights;
+        c.engine.cpu_kernels = args.cpu_kernels.clone();
+        c.engine.kv_cache_memory = "1GiB".into();
+    })?;
+    let prompt: Vec<u32> = (0..context as u32).map(|i| (100 + i * 37) % vocab).collect();
+    s.add(
+        greedy_request("long", prompt, args.decode_steps as u32 + 1, true),
+        Instant::now(),
+    )?;
+    let mut first = 0;
+    while first == 0 {
+        let batch = s.schedule(Instant::now());
+        let out = r.execute(&batch)?;
+        first += s
+            .update_from_output(&batch, out, Instant::now())
+            .iteration_stats
+            .num_generation_tokens;
+    }
+    let (mut tokens, start) = (0u64, Instant::now());
+    while s.has_work() {
+        let batch = s.schedule(Instant::now());
+        let out = r.execute(&batch)?;
+        tokens += s
+            .update_from_output(&batch, out, Instant::now())
+            .iteration_stats
+            .num_generation_tokens;
+    }
+    Ok(tokens as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Prints where a one-stream step goes and returns it for the JSON.
+fn print_profile(profile: &decode_profile::DecodeProfile, one_stream_tps: f64) -> serde_json::Value {
+    let step_ms = 1e3 / one_stream_tps;
+    println!("\nOne-stream decode step: {step_ms:.2} ms ({one_stream_tps:.1} tok/s)");
+    println!("| part | ms per token | share of the step | weight MB read | GB/s achieved |");
+    println!("|---|---|---|---|---|");
+    let mut parts = Vec::new();
+    let (mut accounted, mut bytes) = (0.0, 0u64);
+    for part in &profile.parts {
+        let ms = part.seconds_per_token * 1e3;
+        accounted += ms;
+        bytes += part.bytes;
+        let rate = if part.bytes > 0 {
+            format!("{:.1}", part.bytes as f64 / part.seconds_per_token / 1e9)
+        } else {
+            String::new()
+        };
+        println!(
+            "| {} | {ms:.3} | {:.1} % | {:.1} | {rate} |",
+            part.name,
+            ms / step_ms * 100.0,
+            part.bytes as f64 / 1e6
+        );
+        parts.push(json!({"part": part.name, "ms": ms, "bytes": part.bytes}));
+    }
+    let rest = step_ms - accounted;
+    println!(
+        "| the rest (attention, norms, RoPE, residuals, engine) | {rest:.3} | {:.1} % | | |",
+        rest / step_ms * 100.0
+    );
+    let floor_ms = bytes as f64 / profile.bandwidth_gb_s / 1e6;
+    println!(
+        "Weights read per token: {:.1} MB; memory bandwidth {:.1} GB/s, so the floor is {floor_ms:.2} ms a token \
+         ({:.0} tok/s); the step is {:.1}x the floor.",
+        bytes as f64 / 1e6,
+        profile.bandwidth_gb_s,
+        1e3 / floor_ms,
+        step_ms / floor_ms
+    );
+    json!({"step_ms": step_ms, "parts": parts, "rest_ms": rest, "weight_bytes_per_token": bytes,
+        "bandwidth_gb_s": profile.bandwidth_gb_s, "bandwidth_floor_ms": floor_ms})
 }

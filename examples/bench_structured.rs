@@ -48,7 +48,7 @@ fn schema() -> Value {
 
 /// Output tokens per second of `args.requests` completions from `streams` clients; with
 /// `constrain_half`, every other request carries the schema.
-fn load(server: &TestServer, args: &Args, streams: usize, constrain_half: bool) -> f64 {
+fn load(server: &TestServer, args: &Args, streams: usize, constrain_half: bool) -> paired_load::Load {
     paired_load::completions_load(server, streams, args.requests.div_ceil(streams), |s, i| {
         let mut body = json!({"prompt": format!("stream {s} request {i}:"),
             "max_tokens": args.max_tokens, "ignore_eos": true, "seed": i});
@@ -77,23 +77,27 @@ fn main() -> anyhow::Result<()> {
         prepare_model(&config, open_model(std::path::Path::new(&model))?)?,
     )?;
     load(&server, &args, 1, true); // warm-up (and the schema's compile, cached from here on)
-    println!("| streams | none constrained tok/s | half constrained tok/s | cost (medians) | cost paired by round |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| streams | none constrained tok/s | half constrained tok/s | cost (medians) | cost paired by round | CPU per token, paired |"
+    );
+    println!("|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for streams in [1, 8] {
-        let rounds = paired_load::PairedRounds::run(
+        let runs = paired_load::PairedRuns::run(
             args.rounds,
             || load(&server, &args, streams, true),
             || load(&server, &args, streams, false),
         );
+        let rounds = runs.throughput();
         let (mean, spread) = rounds.paired_cost();
+        let (cpu_mean, cpu_spread) = runs.cpu_efficiency().paired_cost();
         println!(
-            "| {streams} | {:.1} | {:.1} | {:.1} % | {mean:.1} ± {spread:.1} % |",
+            "| {streams} | {:.1} | {:.1} | {:.1} % | {mean:.1} ± {spread:.1} % | {cpu_mean:.1} ± {cpu_spread:.1} % |",
             rounds.median_off(),
             rounds.median_on(),
             rounds.median_cost()
         );
-        let mut row = rounds.to_json();
+        let mut row = runs.to_json();
         row["streams"] = json!(streams);
         rows.push(row);
     }

@@ -176,8 +176,8 @@ fn server(
     TestServer::start(config, prepared)
 }
 
-/// Output tokens per second of `requests` completions sent by `concurrency` clients.
-fn load(server: &TestServer, args: &Args) -> f64 {
+/// `requests` completions sent by `concurrency` clients.
+fn load(server: &TestServer, args: &Args) -> paired_load::Load {
     paired_load::completions_load(
         server,
         args.concurrency,
@@ -215,10 +215,13 @@ fn main() -> anyhow::Result<()> {
     load(&on, &args); // warm-up
     load(&off, &args);
     let rss_start = resident_kib();
-    let rounds = paired_load::PairedRounds::run(args.rounds, || load(&on, &args), || load(&off, &args));
+    let runs = paired_load::PairedRuns::run(args.rounds, || load(&on, &args), || load(&off, &args));
     let rss_end = resident_kib();
+    let rounds = runs.throughput();
     let (m_on, m_off, cost) = (rounds.median_on(), rounds.median_off(), rounds.median_cost());
     let (mean, spread) = rounds.paired_cost();
+    let cpu = runs.cpu_efficiency();
+    let (cpu_mean, cpu_spread) = cpu.paired_cost();
     let what = match args.compare {
         Compare::Telemetry => "telemetry",
         Compare::Tracing => "tracing every request",
@@ -228,6 +231,12 @@ fn main() -> anyhow::Result<()> {
     println!("| on | {m_on:.1} | {:.1?} |", rounds.on);
     println!("| off | {m_off:.1} | {:.1?} |", rounds.off);
     println!("cost of {what}: {cost:.2} % of throughput (medians); paired by round {mean:.2} ± {spread:.2} %");
+    println!(
+        "in CPU time: {:.1} against {:.1} output tokens per CPU second (medians); paired by round \
+         {cpu_mean:.2} ± {cpu_spread:.2} % more CPU per token",
+        cpu.median_on(),
+        cpu.median_off()
+    );
     let exports = EXPORTS_RECEIVED.load(std::sync::atomic::Ordering::Relaxed);
     if args.compare == Compare::Tracing {
         println!("span exports received by the sink: {exports}");
@@ -245,7 +254,7 @@ fn main() -> anyhow::Result<()> {
             "compare": format!("{:?}", args.compare).to_lowercase(),
             "cpu": cpu_info::cpu_info(), "span_exports_received": exports,
             "resident_kib_start": rss_start, "resident_kib_end": rss_end});
-        if let (Some(report), Value::Object(figures)) = (report.as_object_mut(), rounds.to_json()) {
+        if let (Some(report), Value::Object(figures)) = (report.as_object_mut(), runs.to_json()) {
             report.extend(figures);
         }
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;

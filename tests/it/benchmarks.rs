@@ -200,6 +200,26 @@ fn bench_engine_reports_prefill_decode_and_both_kernels() {
             .iter()
             .all(|r| r["packed_q4_1_gflops"].as_f64().is_some_and(|g| g > 0.0))
     );
+    // Long context: capped at what the tiny model's context holds.
+    let long = &report["decode_long_context"];
+    assert!(long["tok_s"].as_f64().is_some_and(|t| t > 0.0), "{long}");
+    assert!(long["context"].as_u64().is_some_and(|c| c > 64), "{long}");
+    // The one-stream profile: the model's projections and the sampler, timed.
+    let profile = &report["decode_profile"];
+    let parts: Vec<&str> = profile["parts"]
+        .as_array()
+        .expect("decode_profile.parts")
+        .iter()
+        .filter_map(|p| p["part"].as_str())
+        .collect();
+    for part in ["ffn_down", "output head", "sampling, temperature 1"] {
+        assert!(parts.contains(&part), "{part} missing from {parts:?}");
+    }
+    assert!(profile["bandwidth_gb_s"].as_f64().is_some_and(|b| b > 0.0), "{profile}");
+    assert!(
+        profile["weight_bytes_per_token"].as_u64().is_some_and(|b| b > 0),
+        "{profile}"
+    );
 }
 
 /// Five seconds of mixed traffic (streams, chat, client aborts, bursts past a two-request
