@@ -12,12 +12,14 @@ use std::time::Instant;
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use kiln::executor::Executor;
+use kiln::executor::model_runner::ModelRunner;
 use kiln::kernels::GgmlType;
 use kiln::kernels::KernelPath;
 use kiln::kernels::{PackedMatrix, matmul_packed};
 use kiln::model::gguf::quantize;
 use kiln::model::loader::open_model;
 use kiln::model::{Backend, default_device};
+use kiln::scheduler::Scheduler;
 use kiln::testing::{direct_engine, greedy_request};
 
 #[path = "common/cpu_info.rs"]
@@ -191,19 +193,8 @@ fn main() -> anyhow::Result<()> {
             )?;
         }
         // The first step prefills; time only the decode steps after it.
-        let first = s.schedule(Instant::now());
-        let out = r.execute(&first)?;
-        s.update_from_output(&first, out, Instant::now());
-        let (mut tokens, start) = (0u64, Instant::now());
-        while s.has_work() {
-            let batch = s.schedule(Instant::now());
-            let out = r.execute(&batch)?;
-            tokens += s
-                .update_from_output(&batch, out, Instant::now())
-                .iteration_stats
-                .num_generation_tokens;
-        }
-        let tps = tokens as f64 / start.elapsed().as_secs_f64();
+        step(&mut s, &mut r)?;
+        let tps = decode_rate(&mut s, &mut r)?;
         let gflops = tps * (flops_per_token + head_flops) / 1e9;
         let rate = rate(batch_size);
         println!("| decode | {batch_size} | {tps:.1} | {gflops:.1} | {rate:.1} |");
@@ -253,23 +244,25 @@ fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, voca
         greedy_request("long", prompt, args.decode_steps as u32 + 1, true),
         Instant::now(),
     )?;
-    let mut first = 0;
-    while first == 0 {
-        let batch = s.schedule(Instant::now());
-        let out = r.execute(&batch)?;
-        first += s
-            .update_from_output(&batch, out, Instant::now())
-            .iteration_stats
-            .num_generation_tokens;
-    }
+    // The prompt is prefilled in chunks until the first token comes.
+    while step(&mut s, &mut r)? == 0 {}
+    decode_rate(&mut s, &mut r)
+}
+
+/// One engine step; the tokens it generated.
+fn step(s: &mut Scheduler, r: &mut ModelRunner) -> anyhow::Result<u64> {
+    let batch = s.schedule(Instant::now());
+    let out = r.execute(&batch)?;
+    Ok(s.update_from_output(&batch, out, Instant::now())
+        .iteration_stats
+        .num_generation_tokens)
+}
+
+/// Generated tokens per second of the steps until every request is done.
+fn decode_rate(s: &mut Scheduler, r: &mut ModelRunner) -> anyhow::Result<f64> {
     let (mut tokens, start) = (0u64, Instant::now());
     while s.has_work() {
-        let batch = s.schedule(Instant::now());
-        let out = r.execute(&batch)?;
-        tokens += s
-            .update_from_output(&batch, out, Instant::now())
-            .iteration_stats
-            .num_generation_tokens;
+        tokens += step(s, r)?;
     }
     Ok(tokens as f64 / start.elapsed().as_secs_f64())
 }

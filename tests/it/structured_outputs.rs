@@ -36,6 +36,20 @@ fn choice_texts(body: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `base` with the prompt `go` in the endpoint's shape (messages for chat) and `constraint`'s
+/// fields.
+fn body_for(path: &str, mut base: Value, constraint: &Value) -> Value {
+    if path.ends_with("chat/completions") {
+        base["messages"] = json!([{"role": "user", "content": "go"}]);
+    } else {
+        base["prompt"] = json!("go");
+    }
+    base.as_object_mut()
+        .expect("object")
+        .extend(constraint.as_object().expect("object").clone());
+    base
+}
+
 /// A random schema small enough that a valid answer fits the token budget: strings are
 /// short, arrays and objects small, nesting shallow.
 fn random_schema(rng: &mut StdRng, depth: u32) -> Value {
@@ -202,15 +216,11 @@ fn every_request_form_constrains_the_output() {
         ),
     ];
     for (path, constraint) in forms {
-        let mut body = json!({"max_tokens": 120, "temperature": 1.0, "seed": 3, "n": 4});
-        if path.ends_with("chat/completions") {
-            body["messages"] = json!([{"role": "user", "content": "go"}]);
-        } else {
-            body["prompt"] = json!("go");
-        }
-        body.as_object_mut()
-            .expect("object")
-            .extend(constraint.as_object().expect("object").clone());
+        let body = body_for(
+            path,
+            json!({"max_tokens": 120, "temperature": 1.0, "seed": 3, "n": 4}),
+            &constraint,
+        );
         let (status, response) = t.post(path, &body);
         assert_eq!(status, 200, "{constraint}: {response}");
         for (text, reason) in choice_texts(&response) {
@@ -326,15 +336,7 @@ fn pathological_regexes_get_400_or_complete_and_nothing_sticks() {
                 "structured_outputs.regex",
             ),
         ] {
-            let mut body = json!({"max_tokens": 8});
-            if path.ends_with("chat/completions") {
-                body["messages"] = json!([{"role": "user", "content": "go"}]);
-            } else {
-                body["prompt"] = json!("go");
-            }
-            body.as_object_mut()
-                .expect("object")
-                .extend(constraint.as_object().expect("object").clone());
+            let body = body_for(path, json!({"max_tokens": 8}), &constraint);
             let (status, response) = t.post(path, &body);
             assert_eq!(status, 400, "{}: {response}", &regex[..regex.len().min(40)]);
             assert_eq!(response["error"]["param"], param, "{response}");
@@ -407,15 +409,7 @@ fn a_constrained_and_a_free_request_share_a_batch() {
 #[test]
 #[ignore = "needs KILN_TEST_PYTHON with the openai client; .ci/run provides it"]
 fn the_openai_clients_parse_with_a_pydantic_model_gets_valid_objects() {
-    let python = std::env::var("KILN_TEST_PYTHON").expect("KILN_TEST_PYTHON");
     let t = start();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_structured_check.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg(t.server.url("/v1"))
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = crate::openai_client::run_openai_script("openai_structured_check.py", &t.server.url("/v1"));
     assert!(stdout.contains("parsed 5 answers"), "{stdout}");
 }

@@ -315,33 +315,10 @@ fn constrained_choices_give_valid_calls_and_count_as_stop() {
 #[test]
 #[ignore = "needs the real model and the openai client; .ci/run provides them"]
 fn the_openai_client_round_trips_a_tool_call() {
-    use kiln::config::Config;
-    use kiln::model::loader::open_model;
-    use kiln::server::prepare_model;
-    use kiln::testing::TestServer;
-    use kiln::testing::real_model::model_path;
-
-    let model = model_path();
-    let python = std::env::var("KILN_TEST_PYTHON").expect("KILN_TEST_PYTHON");
-    let mut config = Config::default();
-    config.model.path = model.display().to_string();
-    config.model.chat_template = TOOLS_TEMPLATE.into();
-    config.model.enable_auto_tool_choice = true;
-    config.model.tool_call_parser = "hermes".into();
-    config.engine.kv_cache_memory = "256MiB".into();
-    let files = open_model(&model).expect("open model");
-    let prepared = prepare_model(&config, files).expect("prepare");
-    let server = TestServer::start(config, prepared).expect("server");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/openai_tools_check.py");
-    let output = std::process::Command::new(python)
-        .arg(script)
-        .arg(server.url("/v1"))
-        .output()
-        .expect("run python");
-    assert!(
-        output.status.success(),
-        "openai tool-calling checks failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let server = crate::openai_client::serve_real_model(|c| {
+        c.model.chat_template = TOOLS_TEMPLATE.into();
+        c.model.enable_auto_tool_choice = true;
+        c.model.tool_call_parser = "hermes".into();
+    });
+    crate::openai_client::run_openai_script("openai_tools_check.py", &server.url("/v1"));
 }
