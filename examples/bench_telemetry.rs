@@ -12,6 +12,11 @@
 //! tracing every request (OTLP spans to a loopback sink that accepts every export, and the
 //! exemplars those traced requests leave in the latency histograms): the cost of tracing.
 //!
+//! `--compare nothing` runs two identical servers (both with metrics, neither traced): the
+//! instrument's own bias and noise, the control that says how small a cost a run can resolve.
+//! `--fresh-servers` starts a new pair for every round, created in alternating order, so that
+//! neither side keeps a lucky (or unlucky) memory layout or thread placement for the whole run.
+//!
 //! `--collector hung|failing` also has the telemetry-on server push OTLP every second to a
 //! collector on loopback that accepts connections and never answers, or answers every export
 //! with 500: serving must not notice, and the process's resident memory is recorded before and
@@ -35,7 +40,7 @@ use kiln::server::prepare_model;
 use kiln::testing::{TestServer, TinyModelSpec, write_tiny_model};
 use serde_json::{Value, json};
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 struct Args {
     #[arg(long)]
     model: Option<String>,
@@ -55,6 +60,9 @@ struct Args {
     /// What differs between the two servers.
     #[arg(long, value_enum, default_value_t = Compare::Telemetry)]
     compare: Compare,
+    /// A new pair of servers every round, created in alternating order.
+    #[arg(long)]
+    fresh_servers: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -63,6 +71,8 @@ enum Compare {
     Telemetry,
     /// Both with telemetry; one also traces every request (spans and exemplars).
     Tracing,
+    /// Two identical servers (both with telemetry, neither traced): the control.
+    Nothing,
 }
 
 /// OTLP exports the sink has answered (shows the traced server really exported).
@@ -176,6 +186,34 @@ fn server(
     TestServer::start(config, prepared)
 }
 
+/// One pair of servers per round, the first created alternating between the sides (and so the
+/// order of their loads too); each is warmed by one request per client before it is measured.
+fn fresh_pairs(
+    args: &Args,
+    start: impl Fn(bool) -> anyhow::Result<TestServer>,
+) -> anyhow::Result<paired_load::PairedRuns> {
+    let mut runs = paired_load::PairedRuns {
+        on: Vec::new(),
+        off: Vec::new(),
+    };
+    for round in 0..args.rounds {
+        let measured_first = round % 2 == 0;
+        let first = start(measured_first)?;
+        let second = start(!measured_first)?;
+        let warm_up = Args {
+            requests: args.concurrency,
+            ..args.clone()
+        };
+        load(&first, &warm_up);
+        load(&second, &warm_up);
+        let (a, b) = (load(&first, args), load(&second, args));
+        let (on, off) = if measured_first { (a, b) } else { (b, a) };
+        runs.on.push(on);
+        runs.off.push(off);
+    }
+    Ok(runs)
+}
+
 /// `requests` completions sent by `concurrency` clients.
 fn load(server: &TestServer, args: &Args) -> paired_load::Load {
     paired_load::completions_load(
@@ -199,23 +237,27 @@ fn main() -> anyhow::Result<()> {
         Collector::None => None,
         kind => Some(broken_collector(kind)?),
     };
-    let (on, off) = match args.compare {
-        Compare::Telemetry => (
-            server(&model, true, collector.as_deref(), None)?,
-            server(&model, false, None, None)?,
-        ),
-        Compare::Tracing => {
-            let sink = accepting_sink()?;
-            (
-                server(&model, true, collector.as_deref(), Some(&sink))?,
-                server(&model, true, None, None)?,
-            )
-        }
+    let sink = match args.compare {
+        Compare::Tracing => Some(accepting_sink()?),
+        Compare::Telemetry | Compare::Nothing => None,
     };
-    load(&on, &args); // warm-up
-    load(&off, &args);
-    let rss_start = resident_kib();
-    let runs = paired_load::PairedRuns::run(args.rounds, || load(&on, &args), || load(&off, &args));
+    let start = |measured: bool| match (args.compare, measured) {
+        (Compare::Telemetry, true) => server(&model, true, collector.as_deref(), None),
+        (Compare::Telemetry, false) => server(&model, false, None, None),
+        (Compare::Tracing, true) => server(&model, true, collector.as_deref(), sink.as_deref()),
+        (Compare::Tracing, false) | (Compare::Nothing, _) => server(&model, true, None, None),
+    };
+    let rss_start;
+    let runs = if args.fresh_servers {
+        rss_start = resident_kib();
+        fresh_pairs(&args, start)?
+    } else {
+        let (on, off) = (start(true)?, start(false)?);
+        load(&on, &args); // warm-up
+        load(&off, &args);
+        rss_start = resident_kib();
+        paired_load::PairedRuns::run(args.rounds, || load(&on, &args), || load(&off, &args))
+    };
     let rss_end = resident_kib();
     let rounds = runs.throughput();
     let (m_on, m_off, cost) = (rounds.median_on(), rounds.median_off(), rounds.median_cost());
@@ -225,6 +267,7 @@ fn main() -> anyhow::Result<()> {
     let what = match args.compare {
         Compare::Telemetry => "telemetry",
         Compare::Tracing => "tracing every request",
+        Compare::Nothing => "nothing (identical servers)",
     };
     println!("| {what} | output tok/s (median of {}) | rounds |", args.rounds);
     println!("|---|---|---|");
@@ -251,7 +294,7 @@ fn main() -> anyhow::Result<()> {
         let mut report = json!({"model": model, "concurrency": args.concurrency, "requests": args.requests,
             "max_tokens": args.max_tokens,
             "collector": format!("{:?}", args.collector).to_lowercase(),
-            "compare": format!("{:?}", args.compare).to_lowercase(),
+            "compare": format!("{:?}", args.compare).to_lowercase(), "fresh_servers": args.fresh_servers,
             "cpu": cpu_info::cpu_info(), "span_exports_received": exports,
             "resident_kib_start": rss_start, "resident_kib_end": rss_end});
         if let (Some(report), Value::Object(figures)) = (report.as_object_mut(), runs.to_json()) {

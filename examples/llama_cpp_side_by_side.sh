@@ -268,7 +268,8 @@ run_kiln() {
     --block-size "$KILN_BLOCK_SIZE" --num-gpu-blocks-override "$((KV_TOKENS / KILN_BLOCK_SIZE))" \
     --max-num-seqs "$SLOTS" >"$log_file" 2>&1 &
   SERVER_PID=$!
-  wait_ready "http://127.0.0.1:$port/health" "" "$log_file"
+  # /health answers while the model loads; /v1/models lists it once it can serve.
+  wait_ready "http://127.0.0.1:$port/v1/models" "\"id\"" "$log_file"
   bench_server kiln "http://127.0.0.1:$port"
   stop_server
 }

@@ -108,14 +108,25 @@ pub fn paged_attention(
     }
     let mut out = vec![0.0f32; tokens * q_width];
     let path = active();
-    out.par_chunks_mut(q_width)
-        .zip(q.par_chunks(q_width))
-        .zip(rows.par_iter())
-        .for_each(|((out, q), row)| {
-            if let Some((s, visible)) = *row {
-                attend_on(path, q, &spans[s].slots[..visible], k_cache, v_cache, shape, out);
-            }
-        });
+    // One unit of parallel work per (query row, KV head): a lone decoding sequence still
+    // spreads its heads over the cores, which matters once its context is long.
+    let group_width = shape.num_heads / shape.num_kv_heads * shape.head_dim;
+    out.par_chunks_mut(group_width).enumerate().for_each(|(unit, out)| {
+        let (row, kv_head) = (unit / shape.num_kv_heads, unit % shape.num_kv_heads);
+        if let Some((s, visible)) = rows[row] {
+            let q = &q[row * q_width..][..q_width];
+            attend_group_on(
+                path,
+                q,
+                &spans[s].slots[..visible],
+                k_cache,
+                v_cache,
+                shape,
+                kv_head,
+                out,
+            );
+        }
+    });
     for (_, span) in tiled {
         let rows = span.first_row * q_width..(span.first_row + span.len) * q_width;
         attend_span_tiled(&q[rows.clone()], k_cache, v_cache, span, shape, &mut out[rows]);
@@ -123,9 +134,13 @@ pub fn paged_attention(
     out
 }
 
-/// One query token (all heads) over the context rows at `slots`, compiled for `path`'s
-/// instruction set (the same code, vectorised wider), which this CPU must run.
-pub(super) fn attend_on(
+/// One query token (all heads) over the context rows at `slots`, on `path`, which this CPU
+/// must run: what the tests compare across paths.
+///
+/// # Shapes
+/// - q, out: `[num_heads * head_dim]`
+#[cfg(test)]
+fn attend_on(
     path: KernelPath,
     q: &[f32],
     slots: &[i64],
@@ -134,33 +149,88 @@ pub(super) fn attend_on(
     shape: HeadShape,
     out: &mut [f32],
 ) {
+    let group_width = shape.num_heads / shape.num_kv_heads * shape.head_dim;
+    for (kv_head, out) in out.chunks_exact_mut(group_width).enumerate() {
+        attend_group_on(path, q, slots, k_cache, v_cache, shape, kv_head, out);
+    }
+}
+
+/// The query heads of KV head `kv_head` (one query token) over the context rows at `slots`,
+/// compiled for `path`'s instruction set (the same code, vectorised wider), which this CPU
+/// must run.
+///
+/// # Shapes
+/// - q: `[num_heads * head_dim]`, out: `[num_heads / num_kv_heads * head_dim]`
+#[allow(clippy::too_many_arguments)]
+fn attend_group_on(
+    path: KernelPath,
+    q: &[f32],
+    slots: &[i64],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    shape: HeadShape,
+    kv_head: usize,
+    out: &mut [f32],
+) {
     assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
+    let args = GroupArgs {
+        q,
+        slots,
+        k_cache,
+        v_cache,
+        shape,
+        kv_head,
+    };
     match path {
         // SAFETY: the CPU supports the features each function is compiled for (asserted).
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx512 => unsafe { attend_avx512(q, slots, k_cache, v_cache, shape, out) },
+        KernelPath::Avx512 => unsafe { attend_group_avx512(&args, out) },
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2 => unsafe { attend_avx2(q, slots, k_cache, v_cache, shape, out) },
-        _ => attend(q, slots, k_cache, v_cache, shape, out),
+        KernelPath::Avx2 => unsafe { attend_group_avx2(&args, out) },
+        _ => attend_group(&args, out),
     }
+}
+
+/// The inputs of one KV head's share of a query token.
+struct GroupArgs<'a> {
+    q: &'a [f32],
+    slots: &'a [i64],
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+    shape: HeadShape,
+    kv_head: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_avx512(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: HeadShape, out: &mut [f32]) {
-    attend(q, slots, k_cache, v_cache, shape, out)
+unsafe fn attend_group_avx512(args: &GroupArgs<'_>, out: &mut [f32]) {
+    attend_group(args, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_avx2(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: HeadShape, out: &mut [f32]) {
-    attend(q, slots, k_cache, v_cache, shape, out)
+unsafe fn attend_group_avx2(args: &GroupArgs<'_>, out: &mut [f32]) {
+    attend_group(args, out)
+}
+
+thread_local! {
+    /// Each worker's attention scores, kept between calls (one allocation per query and KV
+    /// head otherwise).
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The body every path compiles: inlined into each caller so it takes the caller's
 /// instruction set.
 #[inline(always)]
-fn attend(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: HeadShape, out: &mut [f32]) {
+fn attend_group(args: &GroupArgs<'_>, out: &mut [f32]) {
+    let GroupArgs {
+        q,
+        slots,
+        k_cache,
+        v_cache,
+        shape,
+        kv_head,
+    } = *args;
     let HeadShape {
         num_heads,
         num_kv_heads,
@@ -169,30 +239,31 @@ fn attend(q: &[f32], slots: &[i64], k_cache: &[f32], v_cache: &[f32], shape: Hea
     let group = num_heads / num_kv_heads;
     let kv_width = num_kv_heads * head_dim;
     let scale = (head_dim as f32).powf(-0.5);
-    let mut scores = vec![0.0f32; group * slots.len()];
-    for kv_head in 0..num_kv_heads {
+    let n = slots.len();
+    SCORES.with_borrow_mut(|scores| {
+        scores.clear();
+        scores.resize(group * n, 0.0);
         // Scores of the group's heads, key by key so each K row is read once.
         for (j, &slot) in slots.iter().enumerate() {
             let key = &k_cache[slot as usize * kv_width + kv_head * head_dim..][..head_dim];
             for g in 0..group {
                 let head = kv_head * group + g;
-                scores[g * slots.len() + j] = dot(&q[head * head_dim..][..head_dim], key) * scale;
+                scores[g * n + j] = dot(&q[head * head_dim..][..head_dim], key) * scale;
             }
         }
         for g in 0..group {
-            softmax_in_place(&mut scores[g * slots.len()..(g + 1) * slots.len()]);
+            softmax_in_place(&mut scores[g * n..(g + 1) * n]);
         }
         for (j, &slot) in slots.iter().enumerate() {
             let value = &v_cache[slot as usize * kv_width + kv_head * head_dim..][..head_dim];
             for g in 0..group {
-                let head = kv_head * group + g;
-                let p = scores[g * slots.len() + j];
-                for (o, v) in out[head * head_dim..][..head_dim].iter_mut().zip(value) {
+                let p = scores[g * n + j];
+                for (o, v) in out[g * head_dim..][..head_dim].iter_mut().zip(value) {
                     *o += p * v;
                 }
             }
         }
-    }
+    });
 }
 
 /// Dot product in eight independent lanes, which the compiler vectorises (a single f32

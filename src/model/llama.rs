@@ -7,11 +7,10 @@ use burn::tensor::{Int, Tensor, TensorData, activation::silu, backend::Backend};
 
 use super::attention::causal_gqa;
 use super::config::LlamaConfig;
+use super::host_layer::NormWeight;
 use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
-use crate::kernels::activation::swiglu;
 use crate::kernels::attention::{HeadShape, SequenceSpan};
-use crate::kernels::matmul_packed;
 use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
 
@@ -33,12 +32,12 @@ pub struct SequenceBatch {
 /// The per-layer weights.
 #[derive(Debug, Clone)]
 pub struct DecoderLayer<B: Backend> {
-    pub attn_norm: Tensor<B, 1>,
+    pub attn_norm: NormWeight<B>,
     /// Q, K and V projections fused: `hidden → (heads + 2 * kv_heads) * head_dim`.
     pub qkv: Projection<B>,
     /// `heads * head_dim → hidden`
     pub attn_out: Projection<B>,
-    pub ffn_norm: Tensor<B, 1>,
+    pub ffn_norm: NormWeight<B>,
     /// Gate and up projections fused: `hidden → 2 * intermediate`.
     pub gate_up: Projection<B>,
     /// `intermediate → hidden`
@@ -60,8 +59,8 @@ pub struct Llama<B: Backend> {
 }
 
 /// Index data prepared once per step and shared by every layer.
-struct StepLayout<B: KvCacheOps> {
-    write_runs: Vec<SlotRun>,
+pub(super) struct StepLayout<B: KvCacheOps> {
+    pub(super) write_runs: Vec<SlotRun>,
     /// Per sequence: first row in the flattened batch, rows, and context slot ids.
     sequences: Vec<(usize, usize, Vec<i64>)>,
     /// The slot ids as device tensors, built on first use by backends without a paged
@@ -90,7 +89,7 @@ impl<B: KvCacheOps> Llama<B> {
             let len = seq.token_ids.len();
             let context = seq.start_position + len;
             ids.extend(seq.token_ids.iter().map(|&t| t as i64));
-            positions.extend((seq.start_position..context).map(|p| p as i64));
+            positions.extend(seq.start_position..context);
             layout
                 .write_runs
                 .extend(slot_runs(&seq.block_table, block_size, seq.start_position, len, row));
@@ -102,7 +101,7 @@ impl<B: KvCacheOps> Llama<B> {
                 logit_rows.push((row + len - 1) as i64);
             }
         }
-        let (cos, sin) = self.rope.tables(self.int_tensor(positions));
+        let tokens = ids.len();
         let mut x = self.embed.clone().select(0, self.int_tensor(ids));
         // The attention kernel's view of the layout, shared by every layer.
         let spans: Vec<SequenceSpan> = layout
@@ -114,8 +113,18 @@ impl<B: KvCacheOps> Llama<B> {
                 slots,
             })
             .collect();
-        for (index, layer) in self.layers.iter().enumerate() {
-            x = self.layer_forward(index, layer, x, &cos, &sin, &layout, &spans, cache);
+        if self.layers_on_host() {
+            let mut rows = to_host(x);
+            for (index, layer) in self.layers.iter().enumerate() {
+                rows = self.layer_forward_host(index, layer, rows, &positions, &layout, &spans, cache);
+            }
+            x = Tensor::from_data(TensorData::new(rows, [tokens, self.config.hidden_size]), &self.device);
+        } else {
+            let positions = positions.iter().map(|&p| p as i64).collect();
+            let (cos, sin) = self.rope.tables(self.int_tensor(positions));
+            for (index, layer) in self.layers.iter().enumerate() {
+                x = self.layer_forward(index, layer, x, &cos, &sin, &layout, &spans, cache);
+            }
         }
         let last = x.select(0, self.int_tensor(logit_rows));
         let normed = rms_norm(last, &self.final_norm, self.config.rms_norm_eps);
@@ -142,7 +151,7 @@ impl<B: KvCacheOps> Llama<B> {
         let q_dim = c.num_heads * c.head_dim;
         let kv_dim = c.kv_dim();
 
-        let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_norm_eps);
+        let h = rms_norm(x.clone(), &layer.attn_norm.tensor, c.rms_norm_eps);
         let qkv = layer.qkv.forward(h);
         let q = qkv
             .clone()
@@ -168,25 +177,18 @@ impl<B: KvCacheOps> Llama<B> {
         };
         let x = x + layer.attn_out.forward(attn);
 
-        let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_norm_eps);
+        let h = rms_norm(x.clone(), &layer.ffn_norm.tensor, c.rms_norm_eps);
         x + self.feed_forward(layer, h)
     }
 
-    /// SwiGLU: `down(silu(gate) * up)`. With packed weights the intermediate stays in host
-    /// memory and the activation is one fused pass.
+    /// SwiGLU: `down(silu(gate) * up)` (with packed weights the layers run on host rows and
+    /// the activation is one fused pass there).
     ///
     /// # Shapes
     /// - h: `[tokens, hidden]`
     /// - output: `[tokens, hidden]`
     fn feed_forward(&self, layer: &DecoderLayer<B>, h: Tensor<B, 2>) -> Tensor<B, 2> {
         let ffn = self.config.intermediate_size;
-        if let (Some(gate_up), Some(down)) = (layer.gate_up.packed(), layer.down.packed()) {
-            let [tokens, _] = h.dims();
-            let device = h.device();
-            let gate_up = matmul_packed(&to_host(h), tokens, gate_up);
-            let y = matmul_packed(&swiglu(&gate_up, ffn), tokens, down);
-            return Tensor::from_data(TensorData::new(y, [tokens, down.rows]), &device);
-        }
         let gate_up = layer.gate_up.forward(h);
         let gate = gate_up.clone().narrow(1, 0, ffn);
         let up = gate_up.narrow(1, ffn, ffn);
@@ -198,7 +200,7 @@ impl<B: KvCacheOps> Llama<B> {
     /// # Shapes
     /// - q: `[tokens, num_heads, head_dim]`
     /// - output: `[tokens, num_heads * head_dim]`
-    fn gathered_attention(
+    pub(super) fn gathered_attention(
         &self,
         index: usize,
         q: Tensor<B, 3>,

@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod host_layer;
 pub mod llama;
 pub mod loader;
 pub mod projection;

@@ -32,6 +32,23 @@ impl<B: Backend> Projection<B> {
         }
     }
 
+    /// [`forward`](Self::forward) on host rows: packed weights multiply them in place; dense
+    /// ones make a round trip through a tensor on `device`.
+    ///
+    /// # Shapes
+    /// - x: `[tokens, in]`
+    /// - output: `[tokens, out]`
+    pub fn forward_host(&self, x: &[f32], tokens: usize, device: &B::Device) -> Vec<f32> {
+        match self {
+            Projection::Packed(w) => matmul_packed(x, tokens, w),
+            Projection::Dense(w) => {
+                let [inputs, _] = w.dims();
+                let x = Tensor::from_data(TensorData::new(x.to_vec(), [tokens, inputs]), device);
+                to_host(x.matmul(w.clone()))
+            }
+        }
+    }
+
     /// The packed weights, when the projection runs on the host kernel.
     pub fn packed(&self) -> Option<&PackedMatrix> {
         match self {

@@ -3,15 +3,23 @@
 //! GGUF files store Q/K rows permuted for llama.cpp's interleaved RoPE; the weight loader
 //! un-permutes them, so one RoPE formulation serves both formats.
 
+use std::sync::Arc;
+
 use burn::tensor::{Int, Tensor, backend::Backend};
 
-/// Precomputed cos/sin tables for every position up to the model's context length.
+/// Precomputed cos/sin tables for every position up to the model's context length, as tensors
+/// and in host memory (for the layers that run on host rows).
 #[derive(Debug, Clone)]
 pub struct RotaryEmbedding<B: Backend> {
     /// `[max_positions, head_dim / 2]`
     cos: Tensor<B, 2>,
     /// `[max_positions, head_dim / 2]`
     sin: Tensor<B, 2>,
+    /// `cos` in host memory.
+    cos_host: Arc<[f32]>,
+    /// `sin` in host memory.
+    sin_host: Arc<[f32]>,
+    half: usize,
 }
 
 impl<B: Backend> RotaryEmbedding<B> {
@@ -30,8 +38,11 @@ impl<B: Backend> RotaryEmbedding<B> {
         }
         let shape = [max_positions, half];
         Self {
-            cos: Tensor::from_data(burn::tensor::TensorData::new(cos, shape), device),
-            sin: Tensor::from_data(burn::tensor::TensorData::new(sin, shape), device),
+            cos: Tensor::from_data(burn::tensor::TensorData::new(cos.clone(), shape), device),
+            sin: Tensor::from_data(burn::tensor::TensorData::new(sin.clone(), shape), device),
+            cos_host: cos.into(),
+            sin_host: sin.into(),
+            half,
         }
     }
 
@@ -61,5 +72,57 @@ impl<B: Backend> RotaryEmbedding<B> {
         let out1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
         let out2 = x2 * cos.clone() + x1 * sin.clone();
         Tensor::cat(vec![out1, out2], 2)
+    }
+
+    /// [`apply`](Self::apply) in place on host rows, with the same arithmetic in the same
+    /// order (so the same bits).
+    ///
+    /// # Shapes
+    /// - x: `[tokens, heads, head_dim]`, positions: `[tokens]`
+    pub fn rotate_host(&self, x: &mut [f32], heads: usize, positions: &[usize]) {
+        let half = self.half;
+        assert_eq!(
+            x.len(),
+            positions.len() * heads * 2 * half,
+            "x must be [tokens, {heads}, {}]",
+            2 * half
+        );
+        for (row, &position) in x.chunks_exact_mut(heads * 2 * half).zip(positions) {
+            let cos = &self.cos_host[position * half..][..half];
+            let sin = &self.sin_host[position * half..][..half];
+            for head in row.chunks_exact_mut(2 * half) {
+                let (x1, x2) = head.split_at_mut(half);
+                for (((x1, x2), cos), sin) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+                    let (a, b) = (*x1, *x2);
+                    *x1 = a * cos - b * sin;
+                    *x2 = b * cos + a * sin;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::TensorData;
+
+    #[test]
+    fn rotate_host_equals_apply_bit_for_bit() {
+        let device = Default::default();
+        let rope = RotaryEmbedding::<Flex>::new(8, 10000.0, 64, &device);
+        let positions = [0usize, 5, 63];
+        let x: Vec<f32> = (0..3 * 2 * 8).map(|i| (i as f32 * 0.71).cos() * 3.0).collect();
+        let ids: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
+        let (cos, sin) = rope.tables(Tensor::from_data(TensorData::new(ids, [3]), &device));
+        let burn = RotaryEmbedding::apply(
+            Tensor::from_data(TensorData::new(x.clone(), [3, 2, 8]), &device),
+            &cos,
+            &sin,
+        );
+        let mut host = x;
+        rope.rotate_host(&mut host, 2, &positions);
+        assert_eq!(burn.into_data().into_vec::<f32>().expect("f32"), host);
     }
 }

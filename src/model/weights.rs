@@ -10,6 +10,7 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 
 use super::config::LlamaConfig;
 use super::error::ModelError;
+use super::host_layer::NormWeight;
 use super::llama::{DecoderLayer, Llama};
 use super::projection::Projection;
 use super::rope::RotaryEmbedding;
@@ -139,10 +140,10 @@ impl Loader<'_> {
             Part::plain(&name("ffn_up"), c.intermediate_size),
         ];
         Ok(DecoderLayer {
-            attn_norm: vec_tensor(self.vector(&name("attn_norm"), c.hidden_size)?, device),
+            attn_norm: NormWeight::new(self.vector(&name("attn_norm"), c.hidden_size)?, device),
             qkv: self.projection(&qkv, c.hidden_size, device)?,
             attn_out: self.projection(&[Part::plain(&name("attn_output"), c.hidden_size)], q_dim, device)?,
-            ffn_norm: vec_tensor(self.vector(&name("ffn_norm"), c.hidden_size)?, device),
+            ffn_norm: NormWeight::new(self.vector(&name("ffn_norm"), c.hidden_size)?, device),
             gate_up: self.projection(&gate_up, c.hidden_size, device)?,
             down: self.projection(
                 &[Part::plain(&name("ffn_down"), c.hidden_size)],

@@ -17,7 +17,7 @@ use kiln::model::weights::{HostTensor, LoadOptions, build_llama, unpermute_rows}
 use kiln::model::{Backend, default_device};
 use kiln::scheduler::{NewRequest, Scheduler};
 use kiln::server::prepare_model;
-use kiln::testing::{TinyModelSpec, write_tiny_model};
+use kiln::testing::{TinyModelSpec, direct_engine, greedy_request, run_to_completion, write_tiny_model};
 
 /// Largest |Δ| between logits of the two formats. The weight values are identical; the
 /// GGUF side multiplies its Q8_0/Q4_x projections with the packed CPU kernel and the folder
@@ -132,6 +132,36 @@ fn gguf_and_hugging_face_folders_give_the_same_logits() {
         hf_files.tokenizer.encode(text, false).expect("enc").get_ids(),
         gguf_files.tokenizer.encode(text, false).expect("enc").get_ids()
     );
+}
+
+/// The GGUF model's layers run on host rows (its projections are packed) and the folder's
+/// through burn's tensor ops (all dense): prompts of different lengths decoded together over
+/// their cached contexts pick the same tokens at every step.
+#[test]
+fn host_rows_and_burn_tensor_layers_generate_the_same_tokens_batched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = TinyModelSpec::default();
+    let gguf = write_tiny_model(dir.path(), spec).expect("tiny model");
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).expect("mkdir");
+    write_hf_folder(&gguf, &hf, spec);
+    let generate = |model: &Path| {
+        let (mut scheduler, mut runner) = direct_engine(model, |_| {}).expect("engine");
+        let prompts: [&[u32]; 3] = [
+            &[5, 80, 81, 90, 100, 3, 7],
+            &[9, 12],
+            &[40, 41, 42, 43, 44, 45, 46, 47, 48, 49],
+        ];
+        for (i, prompt) in prompts.iter().enumerate() {
+            let request = greedy_request(&format!("r{i}"), prompt.to_vec(), 16, true);
+            scheduler.add(request, Instant::now()).expect("admitted");
+        }
+        run_to_completion(&mut scheduler, &mut runner).tokens
+    };
+    let (host, burn) = (generate(&gguf), generate(&hf));
+    assert_eq!(host.len(), 3);
+    assert!(host.values().all(|tokens| tokens.len() == 16), "{host:?}");
+    assert_eq!(host, burn);
 }
 
 /// Projections stored in packable blocks stay packed (unless asked otherwise); others, and all
