@@ -50,6 +50,9 @@ struct Args {
     /// skips it.
     #[arg(long, default_value_t = 4096)]
     long_context: usize,
+    /// Streams of the short-context decode cases (comma-separated; empty skips them).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    decode_batches: Vec<usize>,
     /// Passes over the model's matrices for the one-stream decode profile; 0 skips it.
     #[arg(long, default_value_t = 5)]
     profile_passes: usize,
@@ -176,7 +179,7 @@ fn main() -> anyhow::Result<()> {
     );
     report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
 
-    for batch_size in [1usize, 8, 32] {
+    for &batch_size in &args.decode_batches {
         let (mut s, mut r) = direct_engine(path, |c| {
             c.model.dequantize_weights = args.dequantize_weights;
             c.engine.cpu_kernels = args.cpu_kernels.clone();

@@ -74,7 +74,11 @@ impl ModelRunner {
         if !seqs.iter().any(|s| !s.token_ids.is_empty()) {
             return Vec::new();
         }
-        let logits = self.model.forward(&seqs, &mut self.cache);
+        let (model, cache) = (&self.model, &mut self.cache);
+        // The whole forward pass runs on one of rayon's workers: its ~150 parallel kernels a
+        // step then start and end inside the pool, instead of each parking this thread on a
+        // latch and waking it again (two context switches a kernel).
+        let logits = rayon::scope(|_| model.forward(&seqs, cache));
         logits.into_data().into_vec::<f32>().unwrap_or_default()
     }
 }

@@ -3,6 +3,8 @@
 
 use rayon::prelude::*;
 
+use super::exp::exp;
+
 /// `silu(gate) * up` for every row of `gate_up` (`[tokens, 2 * ffn]`, gate columns first).
 ///
 /// # Shapes
@@ -16,7 +18,7 @@ pub fn swiglu(gate_up: &[f32], ffn: usize) -> Vec<f32> {
         .for_each(|(out, row)| {
             let (gate, up) = row.split_at(ffn);
             for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                *o = g / (1.0 + (-g).exp()) * u;
+                *o = g / (1.0 + exp(-g)) * u;
             }
         });
     out

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::attention_tiled::{TILED_MIN_QUERIES, attend_span_tiled};
 use super::dispatch::{KernelPath, active};
+use super::exp::exp;
 
 /// One sequence's share of the step.
 #[derive(Debug, Clone)]
@@ -181,14 +182,17 @@ fn attend_group_on(
         shape,
         kv_head,
     };
-    match path {
+    // The scratch is borrowed out here, not inside: a closure handed to the thread-local's
+    // `with` is a function of its own, compiled for the baseline CPU, which is how the whole
+    // attention body once ran as SSE code on AVX-512 machines.
+    SCORES.with_borrow_mut(|scores| match path {
         // SAFETY: the CPU supports the features each function is compiled for (asserted).
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx512 => unsafe { attend_group_avx512(&args, out) },
+        KernelPath::Avx512 => unsafe { attend_group_avx512(&args, scores, out) },
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2 => unsafe { attend_group_avx2(&args, out) },
-        _ => attend_group(&args, out),
-    }
+        KernelPath::Avx2 => unsafe { attend_group_avx2(&args, scores, out) },
+        _ => attend_group(&args, scores, out),
+    })
 }
 
 /// The inputs of one KV head's share of a query token.
@@ -203,14 +207,14 @@ struct GroupArgs<'a> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_group_avx512(args: &GroupArgs<'_>, out: &mut [f32]) {
-    attend_group(args, out)
+unsafe fn attend_group_avx512(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
+    attend_group(args, scores, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_group_avx2(args: &GroupArgs<'_>, out: &mut [f32]) {
-    attend_group(args, out)
+unsafe fn attend_group_avx2(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
+    attend_group(args, scores, out)
 }
 
 thread_local! {
@@ -220,9 +224,9 @@ thread_local! {
 }
 
 /// The body every path compiles: inlined into each caller so it takes the caller's
-/// instruction set.
+/// instruction set. `scores` is the caller's scratch.
 #[inline(always)]
-fn attend_group(args: &GroupArgs<'_>, out: &mut [f32]) {
+fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
     let GroupArgs {
         q,
         slots,
@@ -240,7 +244,7 @@ fn attend_group(args: &GroupArgs<'_>, out: &mut [f32]) {
     let kv_width = num_kv_heads * head_dim;
     let scale = (head_dim as f32).powf(-0.5);
     let n = slots.len();
-    SCORES.with_borrow_mut(|scores| {
+    {
         scores.clear();
         scores.resize(group * n, 0.0);
         // Scores of the group's heads, key by key so each K row is read once.
@@ -263,18 +267,18 @@ fn attend_group(args: &GroupArgs<'_>, out: &mut [f32]) {
                 }
             }
         }
-    });
+    }
 }
 
-/// Dot product in eight independent lanes, which the compiler vectorises (a single f32
+/// Dot product in sixteen independent lanes, which the compiler vectorises (a single f32
 /// accumulator would pin the order of the additions and stay scalar).
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in a8.zip(b8) {
-        for i in 0..8 {
+    let mut lanes = [0.0f32; 16];
+    let (a16, b16) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = a16.remainder().iter().zip(b16.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in a16.zip(b16) {
+        for i in 0..16 {
             lanes[i] += x[i] * y[i];
         }
     }
@@ -283,12 +287,25 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 #[inline(always)]
 pub(super) fn softmax_in_place(scores: &mut [f32]) {
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+    // Max and sum in sixteen lanes and the exponentials in a loop of their own: a single
+    // running total fixes the order of the additions, which keeps a loop scalar.
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    for chunk in scores.chunks(16) {
+        for (lane, &s) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(s);
+        }
     }
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for s in scores.iter_mut() {
+        *s = exp(*s - max);
+    }
+    let mut lanes = [0.0f32; 16];
+    for chunk in scores.chunks(16) {
+        for (lane, &s) in lanes.iter_mut().zip(chunk) {
+            *lane += s;
+        }
+    }
+    let sum: f32 = lanes.iter().sum();
     let inv = 1.0 / sum;
     scores.iter_mut().for_each(|s| *s *= inv);
 }

@@ -9,6 +9,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod dispatch;
+pub mod exp;
 mod ggml_type;
 pub mod matmul;
 pub mod packed;
