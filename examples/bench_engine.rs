@@ -225,7 +225,9 @@ fn main() -> anyhow::Result<()> {
     // The profile times the packed CPU kernels on the GGUF's own matrices.
     let packed_gguf = !args.dequantize_weights && path.extension().is_some_and(|e| e == "gguf");
     if args.profile_passes > 0 && packed_gguf {
-        let profile = decode_profile::profile(path, args.profile_passes)?;
+        // Inside the pool, as the engine runs its forward pass: from outside, every kernel would pay
+        // the handoff to rayon that the engine no longer pays.
+        let profile = rayon::scope(|_| decode_profile::profile(path, args.profile_passes))?;
         report.insert("decode_profile".into(), print_profile(&profile, one_stream_tps));
     }
     if let Some(path) = args.output_json {

@@ -5,10 +5,9 @@
 //! parallel pass over the step's query tokens does it, with no copies of the context. Spans
 //! with many new tokens (prefill) go through [`attend_span_tiled`] instead.
 
-use rayon::prelude::*;
-
+use super::attention_split::{Unit, attend_units};
 use super::attention_tiled::{TILED_MIN_QUERIES, attend_span_tiled};
-use super::dispatch::{KernelPath, active};
+use super::dispatch::KernelPath;
 use super::exp::exp;
 
 /// One sequence's share of the step.
@@ -108,26 +107,13 @@ pub fn paged_attention(
         }
     }
     let mut out = vec![0.0f32; tokens * q_width];
-    let path = active();
-    // One unit of parallel work per (query row, KV head): a lone decoding sequence still
-    // spreads its heads over the cores, which matters once its context is long.
-    let group_width = shape.num_heads / shape.num_kv_heads * shape.head_dim;
-    out.par_chunks_mut(group_width).enumerate().for_each(|(unit, out)| {
-        let (row, kv_head) = (unit / shape.num_kv_heads, unit % shape.num_kv_heads);
-        if let Some((s, visible)) = rows[row] {
-            let q = &q[row * q_width..][..q_width];
-            attend_group_on(
-                path,
-                q,
-                &spans[s].slots[..visible],
-                k_cache,
-                v_cache,
-                shape,
-                kv_head,
-                out,
-            );
-        }
-    });
+    let units: Vec<Unit> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(row, r)| r.map(|(s, visible)| (row, &spans[s].slots[..visible])))
+        .flat_map(|(row, slots)| (0..shape.num_kv_heads).map(move |kv_head| Unit { row, kv_head, slots }))
+        .collect();
+    attend_units(q, k_cache, v_cache, &units, shape, &mut out);
     for (_, span) in tiled {
         let rows = span.first_row * q_width..(span.first_row + span.len) * q_width;
         attend_span_tiled(&q[rows.clone()], k_cache, v_cache, span, shape, &mut out[rows]);
@@ -158,10 +144,11 @@ fn attend_on(
 
 /// The query heads of KV head `kv_head` (one query token) over the context rows at `slots`,
 /// compiled for `path`'s instruction set (the same code, vectorised wider), which this CPU
-/// must run.
+/// must run. `out` starts zeroed.
 ///
 /// # Shapes
 /// - q: `[num_heads * head_dim]`, out: `[num_heads / num_kv_heads * head_dim]`
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 fn attend_group_on(
     path: KernelPath,
@@ -173,7 +160,30 @@ fn attend_group_on(
     kv_head: usize,
     out: &mut [f32],
 ) {
+    let mut stats = vec![0.0; 2 * (shape.num_heads / shape.num_kv_heads)];
+    attend_piece_on(path, q, slots, k_cache, v_cache, shape, kv_head, out, &mut stats);
+    for (head, stat) in out.chunks_exact_mut(shape.head_dim).zip(stats.chunks_exact(2)) {
+        let inv = 1.0 / stat[1];
+        head.iter_mut().for_each(|o| *o *= inv);
+    }
+}
+
+/// [`attend_group_on`] left unnormalised, with each head's `(max, sum)` in `stats`
+/// (`[group * 2]`): one piece of a context split over several workers.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend_piece_on(
+    path: KernelPath,
+    q: &[f32],
+    slots: &[i64],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    shape: HeadShape,
+    kv_head: usize,
+    out: &mut [f32],
+    stats: &mut [f32],
+) {
     assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
+    assert!(!slots.is_empty(), "a piece of attention covers at least one key");
     let args = GroupArgs {
         q,
         slots,
@@ -188,10 +198,10 @@ fn attend_group_on(
     SCORES.with_borrow_mut(|scores| match path {
         // SAFETY: the CPU supports the features each function is compiled for (asserted).
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx512 => unsafe { attend_group_avx512(&args, scores, out) },
+        KernelPath::Avx512 => unsafe { attend_group_avx512(&args, scores, out, stats) },
         #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2 => unsafe { attend_group_avx2(&args, scores, out) },
-        _ => attend_group(&args, scores, out),
+        KernelPath::Avx2 => unsafe { attend_group_avx2(&args, scores, out, stats) },
+        _ => attend_group(&args, scores, out, stats),
     })
 }
 
@@ -207,14 +217,14 @@ struct GroupArgs<'a> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_group_avx512(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    attend_group(args, scores, out)
+unsafe fn attend_group_avx512(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
+    attend_group(args, scores, out, stats)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_group_avx2(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    attend_group(args, scores, out)
+unsafe fn attend_group_avx2(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
+    attend_group(args, scores, out, stats)
 }
 
 thread_local! {
@@ -224,9 +234,14 @@ thread_local! {
 }
 
 /// The body every path compiles: inlined into each caller so it takes the caller's
-/// instruction set. `scores` is the caller's scratch.
+/// instruction set. `scores` is the caller's scratch. Adds `Σ exp(s - max) · v` to `out` and
+/// writes each head's `(max, Σ exp(s - max))` to `stats`: normalising is left to the caller,
+/// so a context split in pieces can be put back together exactly.
+///
+/// # Shapes
+/// - out: `[group * head_dim]`, stats: `[group * 2]`
 #[inline(always)]
-fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
+fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
     let GroupArgs {
         q,
         slots,
@@ -248,18 +263,27 @@ fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
         scores.clear();
         scores.resize(group * n, 0.0);
         // Scores of the group's heads, key by key so each K row is read once.
+        let row_of = |slot: i64| slot as usize * kv_width + kv_head * head_dim;
         for (j, &slot) in slots.iter().enumerate() {
-            let key = &k_cache[slot as usize * kv_width + kv_head * head_dim..][..head_dim];
+            if let Some(&ahead) = slots.get(j + PREFETCH_KEYS_AHEAD) {
+                prefetch_row(&k_cache[row_of(ahead)..][..head_dim]);
+            }
+            let key = &k_cache[row_of(slot)..][..head_dim];
             for g in 0..group {
                 let head = kv_head * group + g;
                 scores[g * n + j] = dot(&q[head * head_dim..][..head_dim], key) * scale;
             }
         }
         for g in 0..group {
-            softmax_in_place(&mut scores[g * n..(g + 1) * n]);
+            let (max, sum) = exp_shifted_in_place(&mut scores[g * n..(g + 1) * n]);
+            stats[2 * g] = max;
+            stats[2 * g + 1] = sum;
         }
         for (j, &slot) in slots.iter().enumerate() {
-            let value = &v_cache[slot as usize * kv_width + kv_head * head_dim..][..head_dim];
+            if let Some(&ahead) = slots.get(j + PREFETCH_KEYS_AHEAD) {
+                prefetch_row(&v_cache[row_of(ahead)..][..head_dim]);
+            }
+            let value = &v_cache[row_of(slot)..][..head_dim];
             for g in 0..group {
                 let p = scores[g * n + j];
                 for (o, v) in out[g * head_dim..][..head_dim].iter_mut().zip(value) {
@@ -268,6 +292,25 @@ fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32]) {
             }
         }
     }
+}
+
+/// How far ahead the K and V loops ask for rows. A head's slice of a cache row is a quarter
+/// to a third of the row, so the hardware's stride prefetch, which stops at every 4 KiB page,
+/// leaves a long context's reads waiting on memory.
+const PREFETCH_KEYS_AHEAD: usize = 8;
+
+/// Asks for `row`'s cache lines ahead of use (a hint; nothing on other architectures).
+#[inline(always)]
+fn prefetch_row(row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in row.chunks(16) {
+        // SAFETY: a prefetch is a hint that never faults; the pointer is in bounds anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast::<i8>());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = row;
 }
 
 /// Dot product in sixteen independent lanes, which the compiler vectorises (a single f32
@@ -287,6 +330,14 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 #[inline(always)]
 pub(super) fn softmax_in_place(scores: &mut [f32]) {
+    let (_, sum) = exp_shifted_in_place(scores);
+    let inv = 1.0 / sum;
+    scores.iter_mut().for_each(|s| *s *= inv);
+}
+
+/// `s ← exp(s - max)` over `scores`; returns `(max, Σ exp(s - max))`.
+#[inline(always)]
+fn exp_shifted_in_place(scores: &mut [f32]) -> (f32, f32) {
     // Max and sum in sixteen lanes and the exponentials in a loop of their own: a single
     // running total fixes the order of the additions, which keeps a loop scalar.
     let mut lanes = [f32::NEG_INFINITY; 16];
@@ -305,9 +356,7 @@ pub(super) fn softmax_in_place(scores: &mut [f32]) {
             *lane += s;
         }
     }
-    let sum: f32 = lanes.iter().sum();
-    let inv = 1.0 / sum;
-    scores.iter_mut().for_each(|s| *s *= inv);
+    (max, lanes.iter().sum())
 }
 
 #[cfg(test)]

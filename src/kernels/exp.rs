@@ -11,7 +11,7 @@ pub fn exp(x: f32) -> f32 {
     const LN2_LOW: f32 = -2.121_944_4e-4;
     // Adding and subtracting 1.5 · 2^23 rounds to the nearest integer without a libm call.
     const ROUND: f32 = 12_582_912.0;
-    let x = x.max(-87.0).min(88.0);
+    let x = x.clamp(-87.0, 88.0);
     let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
     // x = n · ln 2 + r, |r| ≤ ln 2 / 2, with ln 2 split so `n · LN2_HIGH` is exact.
     let r = x - n * LN2_HIGH - n * LN2_LOW;
@@ -20,7 +20,7 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let e_r = p * r * r + r + 1.0;
     // 2^n from its exponent bits: n + 127 lies in 1..=254 after the clamp.
     e_r * f32::from_bits(((n as i32 + 127) as u32) << 23)

@@ -3,6 +3,7 @@
 
 pub mod activation;
 pub mod attention;
+mod attention_split;
 mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
