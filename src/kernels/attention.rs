@@ -360,10 +360,11 @@ fn exp_shifted_in_place(scores: &mut [f32]) -> (f32, f32) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn values(n: usize, seed: usize) -> Vec<f32> {
+    /// Deterministic values in about [-1.2, 1.2], different for each seed.
+    pub(in crate::kernels) fn values(n: usize, seed: usize) -> Vec<f32> {
         (0..n)
             .map(|i| (((i * 31 + seed * 17) % 97) as f32 - 48.0) / 40.0)
             .collect()

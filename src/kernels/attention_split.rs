@@ -128,12 +128,7 @@ fn combine(parts: &[f32], piece_width: usize, head_dim: usize, dst: &mut [f32]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i * 37 + seed * 11) % 89) as f32 - 44.0) / 30.0)
-            .collect()
-    }
+    use crate::kernels::attention::tests::values;
 
     #[test]
     fn a_split_context_matches_the_whole() {

@@ -110,6 +110,12 @@ fn open_hf_folder(dir: &Path) -> Result<ModelFiles, ModelError> {
         path: config_path.clone(),
         message: e.to_string(),
     })?;
+    if let Some(rope_type) = hf.unsupported_rope_type() {
+        return Err(ModelError::InvalidFile {
+            path: config_path,
+            message: format!("RoPE type {rope_type:?} is not supported (kiln implements the default RoPE)"),
+        });
+    }
     let config = LlamaConfig::from(&hf);
     check_config(&config, &config_path)?;
     let tokenizer = load_tokenizer_json(&dir.join("tokenizer.json"))?;

@@ -354,3 +354,59 @@ fn bench_serving_scrapes_metrics_at_the_gateways_rate_while_serving() {
     assert!(scrapes["latency_ms"]["p50"].as_f64() > Some(0.0), "{scrapes}");
     assert!(stdout.contains("| scrape_ms mean / p50 / p90 / p99 |"), "{stdout}");
 }
+
+/// `gpu_kit`, the one binary sent to a GPU machine: `tokenizer` writes files from which a
+/// Hugging Face folder of the model's shapes and vocabulary loads, and `bench` is
+/// `bench_engine`.
+#[test]
+fn gpu_kit_exports_the_tokenizer_and_shapes_and_benches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = kiln::testing::TinyModelSpec::default();
+    let gguf = kiln::testing::write_tiny_model(dir.path(), spec).expect("tiny model");
+    let out = dir.path().join("kit");
+    run(Command::new(example("gpu_kit"))
+        .args(["tokenizer", "--model", gguf.to_str().unwrap(), "--out"])
+        .arg(&out));
+
+    let files = kiln::model::loader::open_model(&gguf).expect("gguf");
+    let shapes: Value = serde_json::from_slice(&std::fs::read(out.join("shapes.json")).expect("shapes")).expect("json");
+    assert_eq!(shapes["hidden_size"], files.config.hidden_size);
+    assert_eq!(shapes["num_hidden_layers"], files.config.num_layers);
+    assert_eq!(shapes["num_key_value_heads"], files.config.num_kv_heads);
+    assert_eq!(shapes["vocab_size"], files.config.vocab_size);
+    let exported = kiln::model::tokenizer::load_tokenizer_json(&out.join("tokenizer.json")).expect("tokenizer.json");
+    let text = "hello <|im_start|> 123";
+    assert_eq!(
+        exported.encode(text, false).expect("encode").get_ids(),
+        files.tokenizer.encode(text, false).expect("encode").get_ids()
+    );
+    let special = kiln::model::tokenizer::SpecialTokens::from_hf_config(&out, &exported);
+    assert_eq!(
+        (special.bos, special.eos),
+        (files.special_tokens.bos, files.special_tokens.eos)
+    );
+
+    let json_path = dir.path().join("bench.json");
+    run(Command::new(example("gpu_kit"))
+        .args(["bench", "--model", gguf.to_str().unwrap()])
+        .args([
+            "--decode-batches",
+            "1",
+            "--long-context",
+            "0",
+            "--profile-passes",
+            "0",
+            "--skip-kernel-rates",
+            "--prefill-len",
+            "16",
+            "--decode-steps",
+            "2",
+            "--output-json",
+            json_path.to_str().unwrap(),
+        ]));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json_path).expect("json")).expect("json");
+    assert!(
+        report["decode_1"]["tok_s"].as_f64().is_some_and(|t| t > 0.0),
+        "{report}"
+    );
+}

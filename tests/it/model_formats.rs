@@ -111,14 +111,20 @@ fn write_hf_folder(gguf_path: &Path, dir: &Path, spec: TinyModelSpec) {
         .expect("tokenizer.json");
 }
 
+/// The tiny model as a GGUF file and as a Hugging Face folder beside it.
+fn tiny_model_in_both_formats(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let spec = TinyModelSpec::default();
+    let gguf = write_tiny_model(dir, spec).expect("tiny model");
+    let hf = dir.join("hf");
+    std::fs::create_dir(&hf).expect("mkdir");
+    write_hf_folder(&gguf, &hf, spec);
+    (gguf, hf)
+}
+
 #[test]
 fn gguf_and_hugging_face_folders_give_the_same_logits() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = TinyModelSpec::default();
-    let gguf = write_tiny_model(dir.path(), spec).expect("tiny model");
-    let hf = dir.path().join("hf");
-    std::fs::create_dir(&hf).expect("mkdir");
-    write_hf_folder(&gguf, &hf, spec);
+    let (gguf, hf) = tiny_model_in_both_formats(dir.path());
     let prompt = [5, 80, 81, 90, 100, 3, 7];
     let a = first_logits(&gguf, &prompt);
     let b = first_logits(&hf, &prompt);
@@ -140,11 +146,7 @@ fn gguf_and_hugging_face_folders_give_the_same_logits() {
 #[test]
 fn host_rows_and_burn_tensor_layers_generate_the_same_tokens_batched() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let spec = TinyModelSpec::default();
-    let gguf = write_tiny_model(dir.path(), spec).expect("tiny model");
-    let hf = dir.path().join("hf");
-    std::fs::create_dir(&hf).expect("mkdir");
-    write_hf_folder(&gguf, &hf, spec);
+    let (gguf, hf) = tiny_model_in_both_formats(dir.path());
     let generate = |model: &Path| {
         let (mut scheduler, mut runner) = direct_engine(model, |_| {}).expect("engine");
         let prompts: [&[u32]; 3] = [
@@ -219,4 +221,18 @@ fn truncated_or_corrupt_files_give_errors_naming_the_file() {
         .expect("missing file is an error")
         .to_string();
     assert!(err.contains("absent.gguf"), "{err}");
+}
+
+/// A scaled RoPE (Llama 3.1's `llama3`, YaRN, ...) would load and answer wrongly; it is
+/// refused by name instead.
+#[test]
+fn a_folder_with_an_unsupported_rope_variant_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, hf) = tiny_model_in_both_formats(dir.path());
+    let path = hf.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    config["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 32.0});
+    std::fs::write(&path, config.to_string()).expect("write");
+    let err = open_model(&hf).err().expect("refused").to_string();
+    assert!(err.contains("config.json") && err.contains("llama3"), "{err}");
 }

@@ -1,0 +1,314 @@
+//! The engine without HTTP: prefill and decode tokens per second at batch sizes 1, 8 and 32
+//! and at one stream deep into a long context, the model's achieved GFLOP/s against the
+//! matmul rate measured in the same run, and where a one-stream decode step goes (bytes per
+//! token against the memory bandwidth measured in the same run).
+//!
+//! Run by `bench_engine` and by `gpu_kit bench`.
+
+use std::time::Instant;
+
+use burn::tensor::{Distribution, Tensor};
+use kiln::executor::Executor;
+use kiln::executor::model_runner::ModelRunner;
+use kiln::kernels::GgmlType;
+use kiln::kernels::KernelPath;
+use kiln::kernels::{PackedMatrix, matmul_packed};
+use kiln::model::gguf::quantize;
+use kiln::model::loader::open_model;
+use kiln::model::{Backend, default_device};
+use kiln::scheduler::Scheduler;
+use kiln::testing::{direct_engine, greedy_request};
+
+#[path = "cpu_info.rs"]
+mod cpu_info;
+#[path = "decode_profile.rs"]
+mod decode_profile;
+#[path = "reference_check.rs"]
+mod reference_check;
+use serde_json::json;
+
+/// What to measure; `bench_engine` and `gpu_kit bench` take the same flags.
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long)]
+    pub model: String,
+    #[arg(long, default_value_t = 512)]
+    pub prefill_len: usize,
+    #[arg(long, default_value_t = 32)]
+    pub decode_steps: usize,
+    #[arg(long)]
+    pub output_json: Option<String>,
+    /// Widen quantised weights to f32 (burn's matmul) instead of the packed CPU kernel.
+    #[arg(long)]
+    pub dequantize_weights: bool,
+    /// CPU kernels: auto, avx512, avx2 or portable (as `kiln serve --cpu-kernels`).
+    #[arg(long, default_value = "auto")]
+    pub cpu_kernels: String,
+    /// Context length of the long-context decode case (its prompt is prefilled first); 0
+    /// skips it.
+    #[arg(long, default_value_t = 4096)]
+    pub long_context: usize,
+    /// Streams of the short-context decode cases (comma-separated; empty skips them).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    pub decode_batches: Vec<usize>,
+    /// Passes over the model's matrices for the one-stream decode profile; 0 skips it.
+    #[arg(long, default_value_t = 5)]
+    pub profile_passes: usize,
+    /// A greedy reference (the format of `../shared/reference/smollm2-greedy.json`) to check
+    /// the engine against first; a mismatch ends the run with an error before any figure.
+    #[arg(long)]
+    pub reference: Option<String>,
+    /// Largest allowed first-step logit difference against `--reference`.
+    #[arg(long, default_value_t = 1e-3)]
+    pub logit_tolerance: f32,
+    /// Skip the kernel-rate table (the packed kernels are the CPU's; on a GPU they say nothing
+    /// about the device).
+    #[arg(long)]
+    pub skip_kernel_rates: bool,
+}
+
+/// Median GFLOP/s over 15 runs of `product`, which does `2 · rows · k · n` FLOPs.
+fn median_gflops(rows: usize, k: usize, n: usize, mut product: impl FnMut()) -> f64 {
+    let mut times: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = Instant::now();
+            product();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    2.0 * (rows * k * n) as f64 / times[times.len() / 2] / 1e9
+}
+
+/// GFLOP/s of burn's `[rows, k] × [k, n]` on the model's backend.
+fn matmul_rate(rows: usize, k: usize, n: usize) -> f64 {
+    let device = default_device();
+    let a = Tensor::<Backend, 2>::random([rows, k], Distribution::Default, &device);
+    let b = Tensor::<Backend, 2>::random([k, n], Distribution::Default, &device);
+    median_gflops(rows, k, n, || {
+        let _ = a.clone().matmul(b.clone()).into_data(); // forces the computation
+    })
+}
+
+/// GFLOP/s of the packed Q4_1 kernel for `[rows, k] × [n, k]ᵀ`.
+fn packed_rate(rows: usize, k: usize, n: usize) -> f64 {
+    let weights: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0).collect();
+    let bytes = quantize(GgmlType::Q4_1, &weights).expect("whole blocks");
+    let w = PackedMatrix::from_ggml(GgmlType::Q4_1, &bytes, n, k).expect("packable");
+    let x: Vec<f32> = (0..rows * k).map(|i| (i % 13) as f32 / 13.0).collect();
+    median_gflops(rows, k, n, || {
+        std::hint::black_box(matmul_packed(&x, rows, &w));
+    })
+}
+
+/// Runs every case `args` asks for, printing tables and writing the JSON report.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let path = std::path::Path::new(&args.model);
+    let cfg = open_model(path)?.config;
+    // Weight FLOPs per token (2 per multiply-add), without attention and the output head.
+    let q = cfg.num_heads * cfg.head_dim;
+    let per_layer =
+        cfg.hidden_size * (q + 2 * cfg.kv_dim()) + q * cfg.hidden_size + 3 * cfg.hidden_size * cfg.intermediate_size;
+    let flops_per_token = 2.0 * (cfg.num_layers * per_layer) as f64;
+    let head_flops = 2.0 * (cfg.hidden_size * cfg.vocab_size) as f64;
+    let mut report = serde_json::Map::new();
+    let kernels = KernelPath::choose(&args.cpu_kernels).map_err(anyhow::Error::msg)?;
+    kiln::kernels::dispatch::set_active(kernels);
+    println!("CPU kernels: {}", kernels.name());
+    report.insert("cpu".into(), cpu_info::cpu_info());
+    report.insert("cpu_kernels".into(), kernels.name().into());
+
+    if let Some(reference) = &args.reference {
+        println!("| reference case | greedy tokens | first-step logits |");
+        println!("|---|---|---|");
+        let parity = reference_check::check(path, std::path::Path::new(reference), args.logit_tolerance)?;
+        report.insert("reference_parity".into(), parity);
+    }
+
+    // The two kernels on the model's largest projection shape, in this run.
+    println!("| rows | burn f32 matmul GFLOP/s | packed Q4_1 kernel GFLOP/s |");
+    println!("|---|---|---|");
+    let mut rates = Vec::new();
+    let kernel_rows: &[usize] = if args.skip_kernel_rates {
+        &[]
+    } else {
+        &[1, 8, 32, args.prefill_len]
+    };
+    for &rows in kernel_rows {
+        let dense = matmul_rate(rows, cfg.hidden_size, cfg.intermediate_size);
+        let packed = packed_rate(rows, cfg.hidden_size, cfg.intermediate_size);
+        println!("| {rows} | {dense:.1} | {packed:.1} |");
+        rates.push(json!({"rows": rows, "burn_f32_gflops": dense, "packed_q4_1_gflops": packed}));
+    }
+    report.insert("matmul_rates".into(), rates.into());
+    let rate = |rows: usize| {
+        if args.skip_kernel_rates {
+            f64::NAN
+        } else if args.dequantize_weights {
+            matmul_rate(rows, cfg.hidden_size, cfg.intermediate_size)
+        } else {
+            packed_rate(rows, cfg.hidden_size, cfg.intermediate_size)
+        }
+    };
+
+    let (mut s, mut r) = direct_engine(path, |c| {
+        c.engine.max_num_batched_tokens = args.prefill_len.max(2048);
+        c.model.dequantize_weights = args.dequantize_weights;
+        c.engine.cpu_kernels = args.cpu_kernels.clone();
+    })?;
+    // Token ids spread over the model's vocabulary (any model, the tiny test one included).
+    let vocab = cfg.vocab_size as u32;
+    let token = |i: u32| (100 + i * 37) % vocab;
+    let prompt: Vec<u32> = (0..args.prefill_len as u32).map(token).collect();
+    s.add(greedy_request("prefill", prompt, 1, true), Instant::now())?;
+    let batch = s.schedule(Instant::now());
+    let start = Instant::now();
+    let out = r.execute(&batch)?;
+    let prefill_s = start.elapsed().as_secs_f64();
+    s.update_from_output(&batch, out, Instant::now());
+    let prefill_tps = args.prefill_len as f64 / prefill_s;
+    let prefill_rate = rate(args.prefill_len);
+    println!("| phase | batch | tok/s | achieved GFLOP/s | kernel GFLOP/s at this batch |");
+    println!("|---|---|---|---|---|");
+    let prefill_gflops = prefill_tps * flops_per_token / 1e9;
+    println!(
+        "| prefill {} tokens | 1 | {prefill_tps:.1} | {prefill_gflops:.1} | {prefill_rate:.1} |",
+        args.prefill_len
+    );
+    report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
+
+    for &batch_size in &args.decode_batches {
+        let (mut s, mut r) = direct_engine(path, |c| {
+            c.model.dequantize_weights = args.dequantize_weights;
+            c.engine.cpu_kernels = args.cpu_kernels.clone();
+        })?;
+        for i in 0..batch_size {
+            s.add(
+                greedy_request(
+                    &format!("d{i}"),
+                    [504 + i as u32, 3575, 282, 4649].map(|id| id % vocab).to_vec(),
+                    args.decode_steps as u32 + 1,
+                    true,
+                ),
+                Instant::now(),
+            )?;
+        }
+        // The first step prefills; time only the decode steps after it.
+        step(&mut s, &mut r)?;
+        let tps = decode_rate(&mut s, &mut r)?;
+        let gflops = tps * (flops_per_token + head_flops) / 1e9;
+        let rate = rate(batch_size);
+        println!("| decode | {batch_size} | {tps:.1} | {gflops:.1} | {rate:.1} |");
+        report.insert(
+            format!("decode_{batch_size}"),
+            json!({"tok_s": tps, "gflops": gflops, "matmul_gflops": rate}),
+        );
+    }
+    let one_stream_tps = report
+        .get("decode_1")
+        .and_then(|d| d["tok_s"].as_f64())
+        .unwrap_or(f64::NAN);
+    // The prompt and its decode steps must fit the model's context.
+    let context = args
+        .long_context
+        .min(cfg.max_position_embeddings.saturating_sub(args.decode_steps + 1));
+    if context > 0 {
+        let tps = long_context_decode(path, &args, context, vocab)?;
+        println!("| decode at {context} tokens of context | 1 | {tps:.1} | | |");
+        report.insert(
+            "decode_long_context".into(),
+            json!({"context": context, "tok_s": tps, "short_context_tok_s": one_stream_tps}),
+        );
+    }
+    // The profile times the packed CPU kernels on the GGUF's own matrices.
+    let packed_gguf = !args.dequantize_weights && path.extension().is_some_and(|e| e == "gguf");
+    if args.profile_passes > 0 && packed_gguf {
+        // Inside the pool, as the engine runs its forward pass: from outside, every kernel would pay
+        // the handoff to rayon that the engine no longer pays.
+        let profile = rayon::scope(|_| decode_profile::profile(path, args.profile_passes))?;
+        report.insert("decode_profile".into(), print_profile(&profile, one_stream_tps));
+    }
+    if let Some(path) = args.output_json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
+
+/// One stream decoding at `context` tokens of context: the prompt is prefilled in
+/// chunks first, then only the decode steps are timed.
+fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, vocab: u32) -> anyhow::Result<f64> {
+    let (mut s, mut r) = direct_engine(path, |c| {
+        c.model.dequantize_weights = args.dequantize_weights;
+        c.engine.cpu_kernels = args.cpu_kernels.clone();
+        c.engine.kv_cache_memory = "1GiB".into();
+    })?;
+    let prompt: Vec<u32> = (0..context as u32).map(|i| (100 + i * 37) % vocab).collect();
+    s.add(
+        greedy_request("long", prompt, args.decode_steps as u32 + 1, true),
+        Instant::now(),
+    )?;
+    // The prompt is prefilled in chunks until the first token comes.
+    while step(&mut s, &mut r)? == 0 {}
+    decode_rate(&mut s, &mut r)
+}
+
+/// One engine step; the tokens it generated.
+fn step(s: &mut Scheduler, r: &mut ModelRunner) -> anyhow::Result<u64> {
+    let batch = s.schedule(Instant::now());
+    let out = r.execute(&batch)?;
+    Ok(s.update_from_output(&batch, out, Instant::now())
+        .iteration_stats
+        .num_generation_tokens)
+}
+
+/// Generated tokens per second of the steps until every request is done.
+fn decode_rate(s: &mut Scheduler, r: &mut ModelRunner) -> anyhow::Result<f64> {
+    let (mut tokens, start) = (0u64, Instant::now());
+    while s.has_work() {
+        tokens += step(s, r)?;
+    }
+    Ok(tokens as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Prints where a one-stream step goes and returns it for the JSON.
+fn print_profile(profile: &decode_profile::DecodeProfile, one_stream_tps: f64) -> serde_json::Value {
+    let step_ms = 1e3 / one_stream_tps;
+    println!("\nOne-stream decode step: {step_ms:.2} ms ({one_stream_tps:.1} tok/s)");
+    println!("| part | ms per token | share of the step | weight MB read | GB/s achieved |");
+    println!("|---|---|---|---|---|");
+    let mut parts = Vec::new();
+    let (mut accounted, mut bytes) = (0.0, 0u64);
+    for part in &profile.parts {
+        let ms = part.seconds_per_token * 1e3;
+        accounted += ms;
+        bytes += part.bytes;
+        let rate = if part.bytes > 0 {
+            format!("{:.1}", part.bytes as f64 / part.seconds_per_token / 1e9)
+        } else {
+            String::new()
+        };
+        println!(
+            "| {} | {ms:.3} | {:.1} % | {:.1} | {rate} |",
+            part.name,
+            ms / step_ms * 100.0,
+            part.bytes as f64 / 1e6
+        );
+        parts.push(json!({"part": part.name, "ms": ms, "bytes": part.bytes}));
+    }
+    let rest = step_ms - accounted;
+    println!(
+        "| the rest (attention, norms, RoPE, residuals, engine) | {rest:.3} | {:.1} % | | |",
+        rest / step_ms * 100.0
+    );
+    let floor_ms = bytes as f64 / profile.bandwidth_gb_s / 1e6;
+    println!(
+        "Weights read per token: {:.1} MB; memory bandwidth {:.1} GB/s, so the floor is {floor_ms:.2} ms a token \
+         ({:.0} tok/s); the step is {:.1}x the floor.",
+        bytes as f64 / 1e6,
+        profile.bandwidth_gb_s,
+        1e3 / floor_ms,
+        step_ms / floor_ms
+    );
+    json!({"step_ms": step_ms, "parts": parts, "rest_ms": rest, "weight_bytes_per_token": bytes,
+        "bandwidth_gb_s": profile.bandwidth_gb_s, "bandwidth_floor_ms": floor_ms})
+}
