@@ -57,21 +57,28 @@ def ticks(name):
     return total
 before, after = ticks("threads-before.txt"), ticks("threads-after.txt")
 cpu = {t: (after[t] - before.get(t, 0)) / hz for t in after if after[t] > before.get(t, 0)}
-busy, idle = [], []
+busy, idle, prefill = [], [], []
 for line in open(f"{out}/steps.log"):
     if "executed a step" not in line:
         continue
     fields = dict(re.findall(r"(\w+)\W+(\d+)", line))
-    if fields.get("sequences") and fields.get("tokens") == fields.get("sequences"):  # decode only
+    if not fields.get("sequences"):
+        continue
+    if fields.get("tokens") == fields.get("sequences"):  # decode only
         busy.append(int(fields["busy_us"]) / 1e3)
         if "idle_us" in fields:
             idle.append(int(fields["idle_us"]) / 1e3)
+    elif fields.get("sequences") == "1":  # one prompt's prefill, alone in its step
+        prefill.append(int(fields["busy_us"]) / 1e3)
 bench = json.load(open(f"{out}/bench.json"))
 report = {
     "tpot_p50_ms": bench["tpot_ms"]["p50"],
     "decode_steps": len(busy),
     "executor_busy_p50_ms": statistics.median(busy) if busy else None,
     "executor_idle_p50_ms": statistics.median(idle) if idle else None,
+    "ttft_p50_ms": bench["ttft_ms"]["p50"],
+    "prefill_steps": len(prefill),
+    "prefill_step_busy_p50_ms": statistics.median(prefill) if prefill else None,
     "server_thread_cpu_s": cpu,
 }
 json.dump(report, open(f"{out}/gap.json", "w"), indent=1)

@@ -23,7 +23,41 @@ cd "$(dirname "$0")/.."
 LLAMA_CPP_PYTHON_VERSION=0.3.36
 CACHE_DIR="${KILN_LLAMA_CPP_DIR:-$HOME/.cache/kiln/llama.cpp}"
 # Versioned, so changing the pin rebuilds instead of reusing a stale binary.
+
+# A CPU can list AMX in cpuinfo while its VM does not let a process use the tiles: llama.cpp's
+# native build then dies on its first `ldtilecfg` (seen on 2026-12-02). A probe that asks the
+# kernel for the tile state and loads a tile config tells; where it fails, llama.cpp is built
+# natively minus AMX (its AVX-512 and VNNI kernels stay), in a build folder of its own.
+amx_usable() {
+  grep -qw amx_tile /proc/cpuinfo || return 1
+  local probe_dir
+  probe_dir="$(mktemp -d)"
+  cat >"$probe_dir/amx.c" <<'C'
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+  if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */)) return 2;
+  unsigned char config[64] = {1};
+  config[16] = 64; /* tile 0: 64 bytes a row */
+  config[48] = 16; /* 16 rows */
+  _tile_loadconfig(config);
+  _tile_zero(0);
+  _tile_release();
+  return 0;
+}
+C
+  gcc -O1 -mamx-tile -o "$probe_dir/amx" "$probe_dir/amx.c" 2>/dev/null && ("$probe_dir/amx") 2>/dev/null
+  local usable=$?
+  rm -rf "$probe_dir"
+  return $usable
+}
+NATIVE_FLAGS=""
 BUILD_DIR="$CACHE_DIR/build-$LLAMA_CPP_PYTHON_VERSION"
+if grep -qw amx_tile /proc/cpuinfo && ! amx_usable; then
+  NATIVE_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  BUILD_DIR="$BUILD_DIR-no-amx"
+fi
 LLAMA_SERVER="$BUILD_DIR/bin/llama-server"
 
 KILN_BIN=target/release/kiln
@@ -117,13 +151,14 @@ build_llama_server() {
   llama_src="$(find "$src_dir" -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)"
   [[ -n "$llama_src" && -f "$llama_src/CMakeLists.txt" ]] || die "no vendor/llama.cpp in $sdist"
 
-  log "building llama-server from $llama_src (Release, native CPU, $THREADS jobs)"
+  log "building llama-server from $llama_src (Release, native CPU${NATIVE_FLAGS:+ without AMX, which this VM does not grant}, $THREADS jobs)"
   local start=$SECONDS
   # CPU only; static so the binary runs on its own; nothing fetched at build time (no curl, no
   # prebuilt web UI from Hugging Face, no OpenSSL: the server only reads a local file).
   nice -n 10 cmake -S "$llama_src" -B "$BUILD_DIR" \
     -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$NATIVE_FLAGS" -DCMAKE_CXX_FLAGS="$NATIVE_FLAGS" \
     -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
@@ -283,12 +318,15 @@ fi
 # --- summary ----------------------------------------------------------------------------------
 
 CPU_MODEL="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)"
+# "Intel(R) Xeon(R) Processor" names several generations under KVM; family and model tell them apart.
+CPU_FAMILY_MODEL="$(awk -F': ' '/^cpu family/ && !f {f = $2} /^model[[:space:]]*:/ && !m {m = $2} END {print "family " f " model " m}' /proc/cpuinfo)"
 CPU_FLAGS="$(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' \
   | grep -E '^(sse4_2|avx|avx2|fma|f16c|avx512[a-z_0-9]*|amx[a-z_0-9]*|avx_vnni)$' | tr '\n' ' ' || true)"
 # The kernel path kiln chose (its start-up log line), if kiln ran in this invocation.
 KILN_KERNELS="$(grep -o 'path="[a-z0-9]*"\|path=[a-z0-9]*' "$OUT_DIR/kiln.log" 2>/dev/null | head -n 1 || true)"
 export OUT_DIR CONCURRENCIES INPUT_LEN OUTPUT_LEN NUM_PROMPTS SEED MODEL LLAMA_CPP_PYTHON_VERSION \
-  CPU_MODEL CPU_FLAGS KILN_KERNELS THREADS KV_TOKENS SLOTS CTX_PER_SLOT LLAMA_KV_MODES CASE
+  CPU_MODEL CPU_FLAGS KILN_KERNELS THREADS KV_TOKENS SLOTS CTX_PER_SLOT LLAMA_KV_MODES CASE NATIVE_FLAGS \
+  CPU_FAMILY_MODEL
 DATE="$(date -u)" ARCH="$(uname -m)" python3 - <<'EOF'
 import json, os
 
@@ -357,11 +395,13 @@ summary = {
     "case": env["CASE"],
     "arch": env["ARCH"],
     "cpu": env["CPU_MODEL"],
+    "cpu_family_model": env["CPU_FAMILY_MODEL"],
     "cpu_flags": env["CPU_FLAGS"].split(),
     "kiln_kernels": env["KILN_KERNELS"] or None,
     "nproc": int(env["THREADS"]),
     "llama_cpp_python_version": env["LLAMA_CPP_PYTHON_VERSION"],
     "llama_cpp_kv_layouts": modes,
+    "llama_cpp_build": "GGML_NATIVE=ON " + (env["NATIVE_FLAGS"] or "(all native features)"),
     "model": env["MODEL"],
     "input_len": int(env["INPUT_LEN"]),
     "output_len": int(env["OUTPUT_LEN"]),
