@@ -50,11 +50,14 @@ def greedy(model, prompt: list, steps: int):
     """Greedy ids, the top-2 margin of every step and the first step's top 10 logits."""
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=steps, min_new_tokens=steps,
-                              do_sample=False, output_logits=True, return_dict_in_generate=True,
-                              pad_token_id=0)
+                              do_sample=False, output_logits=True, output_scores=True,
+                              return_dict_in_generate=True, pad_token_id=0)
     ids = [int(t) for t in out.sequences[0, len(prompt):]]
+    # Raw logits where transformers returns them (4.38 and later); greedy scores are the same
+    # values without logits processors.
+    step_logits = getattr(out, "logits", None) or out.scores
     margins, first_top10 = [], None
-    for step, logits in enumerate(out.logits):
+    for step, logits in enumerate(step_logits):
         top = torch.topk(logits[0].to(torch.float64), 10)
         if step == 0:
             first_top10 = [[int(i), float(v)] for v, i in zip(top.values, top.indices)]
@@ -78,7 +81,6 @@ def main():
                    help="fail unless every case's stable prefix is at least this long")
     a = p.parse_args()
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     shapes = json.loads((a.tokenizer / "shapes.json").read_text())
     start = time.time()
     model = build_model(shapes, a.seed, a.layer_std, a.embed_std, a.norm_gain)
