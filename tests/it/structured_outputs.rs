@@ -307,8 +307,11 @@ fn bad_constraints_get_400_naming_the_parameter_and_nothing_sticks() {
     }
     let (status, response) = t.post("/v1/completions", &json!({"prompt": "go", "max_tokens": 4}));
     assert_eq!(status, 200, "a normal request still completes: {response}");
+    // The running gauge comes from the stats actor after the step that ended the last request,
+    // which may be after its response: wait for it too. If a request stuck, it never gets there.
     let text = scrape_until(&t, |m| {
         metric_value(m, "kiln_grammar_compile_failures_total", "reason=\"too_large\"").is_some_and(|v| v >= 1.0)
+            && metric_value(m, "vllm:num_requests_running", "model_name") == Some(0.0)
     });
     assert!(metric_value(&text, "kiln_grammar_compile_failures_total", "reason=\"invalid\"").is_some_and(|v| v >= 4.0));
     assert_eq!(
