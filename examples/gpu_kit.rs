@@ -55,7 +55,7 @@ fn write_tokenizer(model: &std::path::Path, out: &std::path::Path) -> anyhow::Re
     let config = json!({
         "bos_token": text(special.bos),
         "eos_token": text(special.eos),
-        "add_bos_token": special.add_bos,
+        "add_bos_token": kiln::tokenizer::adds_bos(&files.tokenizer),
         "chat_template": files.chat_template,
         "model_max_length": files.config.max_position_embeddings,
     });

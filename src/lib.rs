@@ -17,4 +17,5 @@ pub mod scheduler;
 pub mod server;
 pub mod stats;
 pub mod testing;
+pub mod tokenizer;
 pub mod traces;

@@ -8,14 +8,16 @@ use tokenizers::Tokenizer;
 
 use super::errors::ApiError;
 use crate::engine::sampling_params::SamplingParams;
+use crate::tokenizer::encode_prompt;
 
-/// Tokenises texts on the blocking pool (tokenising a long prompt takes milliseconds).
+/// Tokenises texts on the blocking pool (tokenising a long prompt takes milliseconds), with
+/// the model's BOS when it asks for one (once, even if the text starts with it).
 pub async fn tokenize(tokenizer: &Arc<Tokenizer>, texts: Vec<String>) -> Result<Vec<Vec<u32>>, ApiError> {
     let tokenizer = Arc::clone(tokenizer);
     web::block(move || {
         texts
             .iter()
-            .map(|t| tokenizer.encode(t.as_str(), false).map(|e| e.get_ids().to_vec()))
+            .map(|t| encode_prompt(&tokenizer, t, true))
             .collect::<Result<Vec<_>, _>>()
     })
     .await

@@ -20,6 +20,7 @@ use super::openai_types::{
 use super::prompt::check_prompt_ids;
 use super::tool_calls::{template_messages, template_tools};
 use crate::model::chat_template::ChatTemplate;
+use crate::tokenizer::encode_prompt;
 
 /// Which of the two shapes a body is: only `messages` tells them apart.
 #[derive(Deserialize)]
@@ -61,7 +62,7 @@ pub async fn tokenize(
         }
         TokenizeRequest::Chat(r) => {
             state.check_model(r.model.as_deref())?;
-            let add_special_tokens = r.add_special_tokens.unwrap_or(false);
+            let add_special_tokens = r.add_special_tokens.unwrap_or(true);
             let return_token_strs = r.return_token_strs;
             (
                 render_chat(&model.chat_template, r).await?,
@@ -88,10 +89,8 @@ fn encode(
     add_special_tokens: bool,
     return_token_strs: Option<bool>,
 ) -> Result<(Vec<u32>, Option<Vec<String>>), ApiError> {
-    let encoding = tokenizer
-        .encode(text, add_special_tokens)
+    let tokens = encode_prompt(tokenizer, text, add_special_tokens)
         .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenise: {e}")))?;
-    let tokens = encoding.get_ids().to_vec();
     let strs = return_token_strs.unwrap_or(false).then(|| {
         tokens
             .iter()

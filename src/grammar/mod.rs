@@ -49,7 +49,7 @@ pub(crate) mod test_support {
 
     use super::*;
     use crate::engine::structured_output::CompiledGrammar;
-    use crate::model::tokenizer::{build_bpe_tokenizer, tiny_test_vocab};
+    use crate::tokenizer::{build_bpe_tokenizer, tiny_test_vocab};
 
     /// The end token of the tiny vocabulary (`<|im_end|>`).
     pub const TINY_END: u32 = 2;
@@ -60,7 +60,7 @@ pub(crate) mod test_support {
     pub fn tiny_compiler(limits: GrammarLimits) -> GrammarCompiler {
         let (tokens, merges, types) = tiny_test_vocab();
         let tokenizer =
-            build_bpe_tokenizer(Path::new("tiny"), &tokens, &merges, Some(&types), None).expect("tokenizer");
+            build_bpe_tokenizer(Path::new("tiny"), &tokens, &merges, Some(&types), "smollm").expect("tokenizer");
         let spec = VocabularySpec {
             vocab_size: TINY_VOCAB_ROWS,
             end_tokens: vec![TINY_END],

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::chat_template::ChatTemplateError;
 use super::gguf::GgufError;
-use super::tokenizer::TokenizerError;
+use crate::tokenizer::TokenizerError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {

@@ -9,8 +9,8 @@ use super::config::{HfLlamaConfig, LlamaConfig};
 use super::error::ModelError;
 use super::gguf::GgufFile;
 use super::sources::{GgufWeights, SafetensorsWeights};
-use super::tokenizer::{SpecialTokens, load_tokenizer_json, token_id_bound, tokenizer_from_gguf};
 use super::weights::WeightSource;
+use crate::tokenizer::{SpecialTokens, hf_folder_tokenizer, token_id_bound, tokenizer_from_vocab};
 
 /// A model on disk, opened and described, weights not yet on the device.
 pub struct ModelFiles {
@@ -60,7 +60,8 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
     let num_kv_heads = file
         .get_u32(&key("attention.head_count_kv"))
         .map_or(num_heads, |v| v as usize);
-    let tokenizer = tokenizer_from_gguf(&file)?;
+    let vocab = file.tokenizer_vocab();
+    let tokenizer = tokenizer_from_vocab(&vocab)?;
     let vocab_size = file
         .get_u32(&key("vocab_size"))
         .map(|v| v as usize)
@@ -83,7 +84,7 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
     };
     check_config(&config, path)?;
     check_vocabulary(&tokenizer, &config, path)?;
-    let special_tokens = SpecialTokens::from_gguf(&file);
+    let special_tokens = SpecialTokens::from_vocab(&vocab);
     let chat_template = file.get_str("tokenizer.chat_template").map(str::to_string);
     let name = path
         .file_stem()
@@ -118,9 +119,8 @@ fn open_hf_folder(dir: &Path) -> Result<ModelFiles, ModelError> {
     }
     let config = LlamaConfig::from(&hf);
     check_config(&config, &config_path)?;
-    let tokenizer = load_tokenizer_json(&dir.join("tokenizer.json"))?;
+    let (tokenizer, special_tokens) = hf_folder_tokenizer(dir)?;
     check_vocabulary(&tokenizer, &config, &config_path)?;
-    let special_tokens = SpecialTokens::from_hf_config(dir, &tokenizer);
     let chat_template = read_hf_chat_template(dir);
     let name = dir
         .file_name()

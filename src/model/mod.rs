@@ -1,4 +1,4 @@
-//! The model: Llama in burn, weight formats, tokenizer, chat template, default-model fetch.
+//! The model: Llama in burn, weight formats, chat template, default-model fetch.
 
 pub mod attention;
 pub mod chat_template;
@@ -14,7 +14,6 @@ pub mod loader;
 pub mod projection;
 pub mod rope;
 pub mod sources;
-pub mod tokenizer;
 pub mod weights;
 
 /// The burn backend kiln runs on: CUDA with the `cuda` feature, else the CPU `flex` backend.

@@ -21,11 +21,11 @@ use crate::model::chat_template::{ChatTemplate, RenderLimits};
 use crate::model::chat_template_source::choose_chat_template;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::ModelFiles;
-use crate::model::tokenizer::token_id_bound;
 use crate::model::weights::{LoadOptions, build_llama};
 use crate::model::{Backend, default_device};
 use crate::scheduler::{PreemptionMode, SchedulerConfig};
 use crate::stats::step_cost::StepCostModel;
+use crate::tokenizer::token_id_bound;
 
 /// The configured model path, or the default model (fetched on first use).
 pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use crate::kernels::GgmlType;
 use crate::model::gguf::GgufValue;
 use crate::model::gguf::GgufWriter;
-use crate::model::tokenizer::tiny_test_vocab;
+use crate::tokenizer::tiny_test_vocab;
 
 /// ChatML, as SmolLM2 ships it (with its default system prompt).
 pub const TINY_CHAT_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a tiny test model<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -31,6 +31,8 @@ pub struct TinyModelSpec {
     /// The `tokenizer.chat_template` written into the file (a hostile one, for the render
     /// limits' tests).
     pub chat_template: &'static str,
+    /// `tokenizer.ggml.add_bos_token`: whether prompts start with BOS (`<|im_start|>`, id 1).
+    pub add_bos: bool,
 }
 
 impl Default for TinyModelSpec {
@@ -45,6 +47,7 @@ impl Default for TinyModelSpec {
             seed: 7,
             embedding_rows: None,
             chat_template: TINY_CHAT_TEMPLATE,
+            add_bos: false,
         }
     }
 }
@@ -71,6 +74,7 @@ pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<Path
         .add_metadata("llama.attention.layer_norm_rms_epsilon", 1e-5f32)
         .add_metadata("llama.vocab_size", vocab as u32)
         .add_metadata("tokenizer.ggml.model", "gpt2")
+        .add_metadata("tokenizer.ggml.pre", "smollm")
         .add_metadata("tokenizer.ggml.tokens", GgufValue::string_array(tokens))
         .add_metadata("tokenizer.ggml.merges", GgufValue::string_array(merges))
         .add_metadata(
@@ -79,7 +83,7 @@ pub fn write_tiny_model(dir: &Path, spec: TinyModelSpec) -> std::io::Result<Path
         )
         .add_metadata("tokenizer.ggml.bos_token_id", 1u32)
         .add_metadata("tokenizer.ggml.eos_token_id", 2u32)
-        .add_metadata("tokenizer.ggml.add_bos_token", false)
+        .add_metadata("tokenizer.ggml.add_bos_token", spec.add_bos)
         .add_metadata("tokenizer.chat_template", spec.chat_template);
     // Large enough logits that greedy choices are well separated.
     w.add_tensor_f32(

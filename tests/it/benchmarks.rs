@@ -374,13 +374,13 @@ fn gpu_kit_exports_the_tokenizer_and_shapes_and_benches() {
     assert_eq!(shapes["num_hidden_layers"], files.config.num_layers);
     assert_eq!(shapes["num_key_value_heads"], files.config.num_kv_heads);
     assert_eq!(shapes["vocab_size"], files.config.vocab_size);
-    let exported = kiln::model::tokenizer::load_tokenizer_json(&out.join("tokenizer.json")).expect("tokenizer.json");
+    let exported = kiln::tokenizer::load_tokenizer_json(&out.join("tokenizer.json")).expect("tokenizer.json");
     let text = "hello <|im_start|> 123";
     assert_eq!(
         exported.encode(text, false).expect("encode").get_ids(),
         files.tokenizer.encode(text, false).expect("encode").get_ids()
     );
-    let special = kiln::model::tokenizer::SpecialTokens::from_hf_config(&out, &exported);
+    let special = kiln::tokenizer::special_tokens_from_hf_config(&out, &exported);
     assert_eq!(
         (special.bos, special.eos),
         (files.special_tokens.bos, files.special_tokens.eos)

@@ -3,7 +3,7 @@
 //! server keeps serving.
 
 use kiln::model::loader::open_model;
-use kiln::model::tokenizer::token_id_bound;
+use kiln::tokenizer::token_id_bound;
 use serde_json::{Value, json};
 
 use crate::common::{Tiny, start_tiny};

@@ -2,7 +2,7 @@
 //! its request examples are served, and it states the served model's bounds.
 
 use kiln::model::loader::open_model;
-use kiln::model::tokenizer::token_id_bound;
+use kiln::tokenizer::token_id_bound;
 use reqwest::Method;
 use serde_json::Value;
 

@@ -3,8 +3,8 @@
 //! checked against the tokenizer.
 
 use kiln::model::loader::open_model;
-use kiln::model::tokenizer::token_id_bound;
 use kiln::testing::{TinyModelSpec, direct_engine, greedy_request, run_to_completion, write_tiny_model};
+use kiln::tokenizer::token_id_bound;
 use serde_json::json;
 
 use crate::common::start_tiny;

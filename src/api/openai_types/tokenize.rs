@@ -38,7 +38,8 @@ pub struct TokenizeChatRequest {
     /// not with `add_generation_prompt: true`).
     #[serde(default)]
     pub continue_final_message: Option<bool>,
-    /// Special tokens on top of the template's own (vLLM's default: false).
+    /// The model's BOS when the template did not render it (default true, as the chat
+    /// endpoint does; vLLM's default is false).
     #[serde(default)]
     pub add_special_tokens: Option<bool>,
     #[serde(default)]

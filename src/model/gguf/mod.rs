@@ -12,6 +12,7 @@ mod parse;
 mod reader;
 #[cfg(test)]
 mod tests;
+mod tokenizer_vocab;
 mod types;
 mod writer;
 
