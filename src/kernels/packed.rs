@@ -47,6 +47,11 @@ pub struct PackedMatrix {
 }
 
 impl PackedMatrix {
+    /// Whether `ty` has a packed kernel; projections of other types are widened to f32.
+    pub fn has_kernel(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    }
+
     /// Repacks a ggml tensor; `None` for types without a packed kernel (F32, F16, K-quants…)
     /// or shapes that are not whole blocks, which the caller then widens to f32.
     pub fn from_ggml(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<PackedMatrix> {

@@ -18,6 +18,7 @@ pub struct GgufWeights {
 
 impl GgufWeights {
     pub fn new(file: GgufFile, path: PathBuf) -> Self {
+        file.log_widened_types();
         Self { file, path }
     }
 }

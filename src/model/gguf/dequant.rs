@@ -6,7 +6,11 @@
 //! - Q4_0: `f16 d`, `u8 qs[16]`; element `j` is the low nibble of `qs[j]`, element `j + 16` the
 //!   high nibble; `x = (q - 8) * d`.
 //! - Q4_1: `f16 d`, `f16 m`, `u8 qs[16]` (nibbles as Q4_0); `x = q * d + m`.
+//!
+//! The other types llama.cpp's presets write (Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS) are
+//! dequantised in `dequant_more.rs`.
 
+use super::dequant_more::dequantize_more;
 use crate::kernels::GgmlType;
 use half::{bf16, f16};
 
@@ -83,7 +87,11 @@ pub fn dequantize(ty: GgmlType, data: &[u8], elements: usize) -> Result<Vec<f32>
                 out.extend(qs.iter().map(|&q| f32::from(q >> 4) * d + m));
             }
         }
-        other => return Err(DequantError::Unsupported(other)),
+        other => {
+            if !dequantize_more(other, data, &mut out) {
+                return Err(DequantError::Unsupported(other));
+            }
+        }
     }
     Ok(out)
 }
@@ -184,8 +192,8 @@ mod tests {
             Err(DequantError::SizeMismatch { .. })
         ));
         assert_eq!(
-            dequantize(GgmlType::Q4_K, &[0; 144], 256),
-            Err(DequantError::Unsupported(GgmlType::Q4_K))
+            dequantize(GgmlType::IQ2_XXS, &[0; 66], 256),
+            Err(DequantError::Unsupported(GgmlType::IQ2_XXS))
         );
         assert!(quantize(GgmlType::Q4_0, &[0.0; 31]).is_err());
     }

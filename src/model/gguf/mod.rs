@@ -8,12 +8,14 @@
 //! module exposes shapes outermost first (row-major), as the rest of kiln expects.
 
 mod dequant;
+mod dequant_more;
 mod parse;
 mod reader;
 #[cfg(test)]
 mod tests;
 mod tokenizer_vocab;
 mod types;
+mod widening;
 mod writer;
 
 pub use dequant::{DequantError, dequantize, quantize};
@@ -71,7 +73,7 @@ pub enum GgufError {
         type_id: u32,
     },
     #[error(
-        "{path}: tensor '{tensor}' has type {ty}, which kiln cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)"
+        "{path}: tensor '{tensor}' has type {ty}, which kiln cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)"
     )]
     UnsupportedTensorType {
         path: PathBuf,

@@ -269,11 +269,11 @@ fn unknown_types_are_named() {
 #[test]
 fn unsupported_and_missing_tensors_are_named() {
     let mut w = GgufWriter::new();
-    w.add_tensor_raw("blk.0.q", &[256], GgmlType::Q4_K, vec![0; 144])
+    w.add_tensor_raw("blk.0.q", &[256], GgmlType::IQ2_XXS, vec![0; 66])
         .expect("add");
     let g = open_bytes(&w.to_bytes().expect("bytes")).expect("open");
-    let err = g.tensor_f32("blk.0.q").expect_err("q4_k");
-    assert!(err.to_string().contains("'blk.0.q' has type Q4_K"), "{err}");
+    let err = g.tensor_f32("blk.0.q").expect_err("iq2_xxs");
+    assert!(err.to_string().contains("'blk.0.q' has type IQ2_XXS"), "{err}");
     let err = g.tensor_f32("nope").expect_err("missing");
     assert!(matches!(err, GgufError::MissingTensor { .. }), "{err}");
 }
@@ -353,4 +353,23 @@ fn real_smollm2_file() {
             "{name}: {s} {a}"
         );
     }
+}
+
+#[test]
+fn types_without_a_packed_kernel_are_widened_and_named() {
+    let mut w = GgufWriter::new();
+    w.add_tensor_raw("blk.0.attn_q.weight", &[2, 256], GgmlType::Q4_K, vec![0; 2 * 144])
+        .expect("add");
+    w.add_tensor_raw("blk.0.ffn_down.weight", &[1, 256], GgmlType::Q6_K, vec![0; 210])
+        .expect("add");
+    w.add_tensor_f32("blk.0.attn_k.weight", &[1, 32], &[0.5; 32], GgmlType::Q8_0)
+        .expect("add");
+    w.add_tensor_f32("output_norm.weight", &[32], &[1.0; 32], GgmlType::F32)
+        .expect("add");
+    let g = open_bytes(&w.to_bytes().expect("bytes")).expect("open");
+    let widened: Vec<String> = g.types_widened_at_load().into_iter().collect();
+    assert_eq!(widened, ["Q4_K", "Q6_K"]);
+    let q = g.tensor_f32("blk.0.attn_q.weight").expect("Q4_K widens");
+    assert_eq!((q.shape.as_slice(), q.data.len()), ([2, 256].as_slice(), 512));
+    assert!(q.data.iter().all(|v| *v == 0.0));
 }
