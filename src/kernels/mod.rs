@@ -14,9 +14,11 @@ pub mod exp;
 mod ggml_type;
 pub mod matmul;
 pub mod packed;
+mod repack;
 mod strided_gemm;
 
 pub use dispatch::KernelPath;
 pub use ggml_type::GgmlType;
 pub use matmul::matmul_packed;
 pub use packed::{BlockFormat, PackedMatrix};
+pub use repack::{IQ4_VALUES, k4_scale_min};

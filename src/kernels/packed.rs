@@ -7,6 +7,7 @@
 use half::f16;
 
 use super::GgmlType;
+use super::repack;
 
 /// Elements per quantisation block (all supported ggml types).
 pub const BLOCK: usize = 32;
@@ -49,19 +50,26 @@ pub struct PackedMatrix {
 impl PackedMatrix {
     /// Whether `ty` has a packed kernel; projections of other types are widened to f32.
     pub fn has_kernel(ty: GgmlType) -> bool {
-        matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+        Self::format_of(ty).is_some()
     }
 
-    /// Repacks a ggml tensor; `None` for types without a packed kernel (F32, F16, K-quants…)
+    /// The packed format `ty` runs in: its own (Q4_0, Q4_1, Q8_0) or a lossless repacking
+    /// (Q4_K, Q5_0, IQ4_NL, IQ4_XS; see `repack.rs`).
+    fn format_of(ty: GgmlType) -> Option<BlockFormat> {
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Some(BlockFormat::Nibbles),
+            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(BlockFormat::Bytes),
+            _ => None,
+        }
+    }
+
+    /// Repacks a ggml tensor; `None` for types without a packed kernel (F32, F16, Q6_K…)
     /// or shapes that are not whole blocks, which the caller then widens to f32.
     pub fn from_ggml(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<PackedMatrix> {
-        let (format, block_bytes) = match ty {
-            GgmlType::Q4_0 => (BlockFormat::Nibbles, 18),
-            GgmlType::Q4_1 => (BlockFormat::Nibbles, 20),
-            GgmlType::Q8_0 => (BlockFormat::Bytes, 34),
-            _ => return None,
-        };
-        if !cols.is_multiple_of(BLOCK) || data.len() != rows * cols / BLOCK * block_bytes {
+        let format = Self::format_of(ty)?;
+        let (block_elements, block_bytes) = ty.block_layout();
+        let (block_elements, block_bytes) = (block_elements as usize, block_bytes as usize);
+        if !cols.is_multiple_of(block_elements) || data.len() != rows * cols / block_elements * block_bytes {
             return None;
         }
         let blocks = rows * cols / BLOCK;
@@ -75,6 +83,9 @@ impl PackedMatrix {
         };
         let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
         for block in data.chunks_exact(block_bytes) {
+            if repack::push_repacked(ty, block, &mut m) {
+                continue;
+            }
             let scale = half(block);
             m.scales.push(scale);
             match ty {
@@ -202,6 +213,53 @@ mod tests {
                 assert!((a - b).abs() <= tolerance, "{ty}: {a} vs {b}");
             }
         }
+    }
+
+    /// `n` blocks of `ty` of pseudo-random bytes whose f16 scales (at `halves`) are finite.
+    fn random_blocks(ty: GgmlType, n: usize, halves: &[usize]) -> Vec<u8> {
+        let bytes = ty.block_layout().1 as usize;
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut data: Vec<u8> = (0..n * bytes)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 56) as u8
+            })
+            .collect();
+        for block in data.chunks_exact_mut(bytes) {
+            for &at in halves {
+                block[at + 1] &= 0xbf; // exponent below all-ones: finite
+            }
+        }
+        data
+    }
+
+    #[test]
+    fn repacked_types_keep_ggml_values() {
+        // Bytes repackings are bit-identical; Q4_K's fused `q * scale + min` may differ from
+        // ggml's separate multiply and subtract by one rounding of each term.
+        for (ty, halves, rows, cols) in [
+            (GgmlType::Q4_K, &[0, 2][..], 2, 512),
+            (GgmlType::Q5_0, &[0][..], 3, 64),
+            (GgmlType::IQ4_NL, &[0][..], 3, 64),
+            (GgmlType::IQ4_XS, &[0][..], 2, 256),
+        ] {
+            let per_block = ty.block_layout().0 as usize;
+            let bytes = random_blocks(ty, rows * cols / per_block, halves);
+            let reference = dequantize(ty, &bytes, rows * cols).expect("dequantise");
+            let packed = PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable");
+            assert!(PackedMatrix::has_kernel(ty));
+            for (i, (a, b)) in packed.dequantize().iter().zip(&reference).enumerate() {
+                let block = i / BLOCK;
+                let tolerance = match packed.format {
+                    BlockFormat::Nibbles => {
+                        2.0 * f32::EPSILON * (15.0 * packed.scales[block].abs() + packed.mins[block].abs())
+                    }
+                    BlockFormat::Bytes => 0.0,
+                };
+                assert!((a - b).abs() <= tolerance, "{ty} element {i}: {a} vs {b}");
+            }
+        }
+        assert!(!PackedMatrix::has_kernel(GgmlType::Q6_K));
     }
 
     #[test]

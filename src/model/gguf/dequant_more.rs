@@ -6,13 +6,10 @@
 
 use half::f16;
 
-use crate::kernels::GgmlType;
+use crate::kernels::{GgmlType, IQ4_VALUES, k4_scale_min};
 
 /// Elements per K-quant super-block (ggml's `QK_K`).
 const QK_K: usize = 256;
-
-/// IQ4_NL's and IQ4_XS's non-linear 4-bit grid.
-const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 fn half(bytes: &[u8]) -> f32 {
     f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()
@@ -93,18 +90,9 @@ fn q3_k(block: &[u8], out: &mut Vec<f32>) {
     }
 }
 
-/// Q4_K's and Q5_K's eight 6-bit `(scale, min)` pairs packed in 12 bytes.
+/// Q4_K's and Q5_K's `(scale, min)` of sub-block `j`, as f32.
 fn scale_min_k4(packed: &[u8], j: usize) -> (f32, f32) {
-    let (d, m, md) = (&packed[..4], &packed[4..8], &packed[8..12]);
-    let (sc, min) = if j < 4 {
-        (d[j] & 0x3f, m[j] & 0x3f)
-    } else {
-        let k = j - 4;
-        (
-            (md[k] & 0x0f) | ((d[k] >> 2) & 0x30),
-            (md[k] >> 4) | ((m[k] >> 2) & 0x30),
-        )
-    };
+    let (sc, min) = k4_scale_min(packed, j);
     (f32::from(sc), f32::from(min))
 }
 

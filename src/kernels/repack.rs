@@ -1,0 +1,91 @@
+//! Lossless repacking of ggml types whose 32-element sub-blocks fit the packed formats, so
+//! they run on the Q4_1 and Q8_0 kernels instead of being widened to f32:
+//! - Q4_K: each 32-element sub-block is `x = (d * sc) * q - (dmin * m)` with 4-bit `q`:
+//!   [`BlockFormat::Nibbles`](super::BlockFormat::Nibbles) with an f32 scale and min;
+//! - Q5_0 (`q - 16` fits a signed byte), IQ4_NL and IQ4_XS (grid values are signed bytes):
+//!   [`BlockFormat::Bytes`](super::BlockFormat::Bytes) with an f32 scale.
+
+use half::f16;
+
+use super::GgmlType;
+use super::packed::{BLOCK, PackedMatrix};
+
+/// IQ4_NL's and IQ4_XS's non-linear 4-bit grid.
+pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+fn half(bytes: &[u8]) -> f32 {
+    f16::from_le_bytes([bytes[0], bytes[1]]).to_f32()
+}
+
+/// Q4_K's and Q5_K's eight 6-bit `(scale, min)` pairs packed in 12 bytes: pair `j`.
+pub fn k4_scale_min(packed: &[u8], j: usize) -> (u8, u8) {
+    let (d, m, md) = (&packed[..4], &packed[4..8], &packed[8..12]);
+    if j < 4 {
+        (d[j] & 0x3f, m[j] & 0x3f)
+    } else {
+        let k = j - 4;
+        (
+            (md[k] & 0x0f) | ((d[k] >> 2) & 0x30),
+            (md[k] >> 4) | ((m[k] >> 2) & 0x30),
+        )
+    }
+}
+
+/// Appends one ggml block of `ty` to `m` as 32-element packed blocks; `false` for a type
+/// this file does not repack.
+pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut PackedMatrix) -> bool {
+    match ty {
+        GgmlType::Q4_K => q4_k(block, m),
+        GgmlType::Q5_0 => q5_0(block, m),
+        GgmlType::IQ4_NL => {
+            m.scales.push(half(block));
+            push_grid(&block[2..18], m);
+        }
+        GgmlType::IQ4_XS => iq4_xs(block, m),
+        _ => return false,
+    }
+    true
+}
+
+fn q4_k(block: &[u8], m: &mut PackedMatrix) {
+    let (d, dmin) = (half(block), half(&block[2..]));
+    let (packed, qs) = (&block[4..16], &block[16..144]);
+    for j in 0..8 {
+        let (sc, min) = k4_scale_min(packed, j);
+        m.scales.push(d * f32::from(sc));
+        m.mins.push(-(dmin * f32::from(min)));
+        let row = &qs[(j / 2) * 32..][..32];
+        let nibble = |l: usize| (row[l] >> (4 * (j % 2))) & 0x0f;
+        m.quants
+            .extend((0..BLOCK / 2).map(|k| nibble(k) | (nibble(k + BLOCK / 2) << 4)));
+    }
+}
+
+fn q5_0(block: &[u8], m: &mut PackedMatrix) {
+    m.scales.push(half(block));
+    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+    let qs = &block[6..22];
+    m.quants.extend((0..BLOCK).map(|j| {
+        let q = ((qs[j % 16] >> (4 * (j / 16))) & 0x0f) | ((((qh >> j) & 1) as u8) << 4);
+        (q as i8 - 16) as u8
+    }));
+}
+
+/// 16 bytes of IQ4 nibbles (element `j` low nibble of byte `j`, `j + 16` the high one) as
+/// 32 signed grid values.
+fn push_grid(qs: &[u8], m: &mut PackedMatrix) {
+    m.quants
+        .extend((0..BLOCK).map(|j| IQ4_VALUES[usize::from((qs[j % 16] >> (4 * (j / 16))) & 0x0f)] as u8));
+}
+
+fn iq4_xs(block: &[u8], m: &mut PackedMatrix) {
+    let d = half(block);
+    let scales_h = u16::from_le_bytes([block[2], block[3]]);
+    let (scales_l, qs) = (&block[4..8], &block[8..136]);
+    for ib in 0..8 {
+        let low = (scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f;
+        let high = ((scales_h >> (2 * ib)) & 3) as u8;
+        m.scales.push(d * f32::from((low | (high << 4)) as i8 - 32));
+        push_grid(&qs[ib * 16..][..16], m);
+    }
+}
