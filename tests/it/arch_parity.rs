@@ -94,3 +94,8 @@ fn matches_transformers(arch: &str, gguf: bool) {
 fn llama_with_llama3_rope_scaling_matches_transformers() {
     matches_transformers("llama", true);
 }
+
+#[test]
+fn qwen2_with_qkv_biases_matches_transformers() {
+    matches_transformers("qwen2", true);
+}

@@ -6,6 +6,7 @@
 //! parity fixture under `tests/data/tiny/` (README, "Adding an architecture").
 
 mod llama;
+mod qwen2;
 
 use super::config::{ArchFeatures, HfConfig};
 use super::gguf::GgufFile;
@@ -69,7 +70,7 @@ pub const LLAMA_HF_NAMES: &[(&str, &str)] = &[
 ];
 
 /// Every supported architecture.
-pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama];
+pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama, &qwen2::Qwen2];
 
 /// The names kiln supports, for refusals.
 pub fn supported_names() -> String {
@@ -104,6 +105,15 @@ pub fn for_hf_config(hf: &HfConfig) -> Result<&'static dyn Architecture, String>
                 supported_names()
             )
         })
+}
+
+/// Qwen's optional windowed layers (`use_sliding_window`, off in every released Qwen2.5 and
+/// Qwen3) are refused rather than ignored.
+fn refuse_qwen_window(meta: &Metadata<'_>) -> Result<(), String> {
+    match meta.hf("use_sliding_window").and_then(|v| v.as_bool()) {
+        Some(true) => Err("`use_sliding_window` (Qwen's windowed layers) is not supported".into()),
+        _ => Ok(()),
+    }
 }
 
 /// A model's metadata in either format, read by GGUF key (without the `<arch>.` prefix) or
