@@ -99,3 +99,8 @@ fn llama_with_llama3_rope_scaling_matches_transformers() {
 fn qwen2_with_qkv_biases_matches_transformers() {
     matches_transformers("qwen2", true);
 }
+
+#[test]
+fn qwen3_with_qk_norms_matches_transformers() {
+    matches_transformers("qwen3", true);
+}

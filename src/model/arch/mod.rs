@@ -7,6 +7,7 @@
 
 mod llama;
 mod qwen2;
+mod qwen3;
 
 use super::config::{ArchFeatures, HfConfig};
 use super::gguf::GgufFile;
@@ -70,7 +71,7 @@ pub const LLAMA_HF_NAMES: &[(&str, &str)] = &[
 ];
 
 /// Every supported architecture.
-pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama, &qwen2::Qwen2];
+pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama, &qwen2::Qwen2, &qwen3::Qwen3];
 
 /// The names kiln supports, for refusals.
 pub fn supported_names() -> String {
