@@ -104,3 +104,8 @@ fn qwen2_with_qkv_biases_matches_transformers() {
 fn qwen3_with_qk_norms_matches_transformers() {
     matches_transformers("qwen3", true);
 }
+
+#[test]
+fn mistral_with_a_sliding_window_matches_transformers() {
+    matches_transformers("mistral", false);
+}

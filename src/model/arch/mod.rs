@@ -6,6 +6,7 @@
 //! parity fixture under `tests/data/tiny/` (README, "Adding an architecture").
 
 mod llama;
+mod mistral;
 mod qwen2;
 mod qwen3;
 
@@ -71,7 +72,7 @@ pub const LLAMA_HF_NAMES: &[(&str, &str)] = &[
 ];
 
 /// Every supported architecture.
-pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama, &qwen2::Qwen2, &qwen3::Qwen3];
+pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama, &mistral::Mistral, &qwen2::Qwen2, &qwen3::Qwen3];
 
 /// The names kiln supports, for refusals.
 pub fn supported_names() -> String {
