@@ -109,3 +109,8 @@ fn qwen3_with_qk_norms_matches_transformers() {
 fn mistral_with_a_sliding_window_matches_transformers() {
     matches_transformers("mistral", false);
 }
+
+#[test]
+fn gemma3_with_local_layers_norms_and_gelu_matches_transformers() {
+    matches_transformers("gemma3", true);
+}

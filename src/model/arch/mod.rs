@@ -5,6 +5,7 @@
 //! Adding one: a file here implementing the trait, a line in [`ARCHITECTURES`], and a
 //! parity fixture under `tests/data/tiny/` (README, "Adding an architecture").
 
+mod gemma3;
 mod llama;
 mod mistral;
 mod qwen2;
@@ -72,7 +73,13 @@ pub const LLAMA_HF_NAMES: &[(&str, &str)] = &[
 ];
 
 /// Every supported architecture.
-pub static ARCHITECTURES: &[&dyn Architecture] = &[&llama::Llama, &mistral::Mistral, &qwen2::Qwen2, &qwen3::Qwen3];
+pub static ARCHITECTURES: &[&dyn Architecture] = &[
+    &llama::Llama,
+    &mistral::Mistral,
+    &qwen2::Qwen2,
+    &qwen3::Qwen3,
+    &gemma3::Gemma3,
+];
 
 /// The names kiln supports, for refusals.
 pub fn supported_names() -> String {
