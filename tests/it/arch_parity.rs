@@ -114,3 +114,8 @@ fn mistral_with_a_sliding_window_matches_transformers() {
 fn gemma3_with_local_layers_norms_and_gelu_matches_transformers() {
     matches_transformers("gemma3", true);
 }
+
+#[test]
+fn phi3_with_fused_qkv_and_gate_up_matches_transformers() {
+    matches_transformers("phi3", true);
+}

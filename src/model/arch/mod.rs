@@ -8,6 +8,7 @@
 mod gemma3;
 mod llama;
 mod mistral;
+mod phi3;
 mod qwen2;
 mod qwen3;
 
@@ -79,6 +80,7 @@ pub static ARCHITECTURES: &[&dyn Architecture] = &[
     &qwen2::Qwen2,
     &qwen3::Qwen3,
     &gemma3::Gemma3,
+    &phi3::Phi3,
 ];
 
 /// The names kiln supports, for refusals.
