@@ -14,7 +14,11 @@ whose top-2 margin is at least MIN_MARGIN, and the script fails when that is sho
     python make_fixtures.py --llama-cpp DIR [--only ARCH ...]
 
 DIR is llama.cpp's source tree (vendor/llama.cpp of the llama-cpp-python sdist the repo
-pins, examples/llama_cpp_side_by_side.sh). Needs torch, transformers, tokenizers, numpy.
+pins, examples/llama_cpp_side_by_side.sh; `pip download --no-deps --no-binary :all:
+llama-cpp-python==0.3.36`). Needs torch, transformers, tokenizers, numpy, sentencepiece
+(made with torch 2.15.0 and transformers 5.24.0; PyPI's Linux torch wheel loads its CUDA
+runtime libraries even on a CPU, so install it with its dependencies). CI needs none of this:
+the outputs are committed.
 """
 
 import argparse
