@@ -1,4 +1,4 @@
-//! The real executor: the burn Llama, its paged KV cache, and the sampler.
+//! The real executor: the burn model, its paged KV cache, and the sampler.
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -11,10 +11,10 @@ use super::sampler::{SamplingContext, apply_token_mask, sample, token_rng};
 use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
 use crate::model::Backend;
-use crate::model::llama::{Llama, SequenceBatch};
+use crate::model::transformer::{Model, SequenceBatch};
 
 pub struct ModelRunner {
-    model: Llama<Backend>,
+    model: Model<Backend>,
     cache: PagedKvCache<Backend>,
     host: HostKvPool,
     rng: StdRng,
@@ -29,7 +29,7 @@ pub struct ModelRunner {
 
 impl ModelRunner {
     /// `host_blocks`: size of the swap pool (0: no swapping).
-    pub fn new(model: Llama<Backend>, geometry: CacheGeometry, host_blocks: usize) -> Self {
+    pub fn new(model: Model<Backend>, geometry: CacheGeometry, host_blocks: usize) -> Self {
         let cache = PagedKvCache::new(geometry, &model.device);
         Self {
             model,

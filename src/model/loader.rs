@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 
 use tokenizers::Tokenizer;
 
-use super::config::{HfLlamaConfig, LlamaConfig};
+use super::arch::{self, Metadata};
+use super::config::{HfConfig, ModelConfig};
 use super::error::ModelError;
 use super::gguf::GgufFile;
+use super::rope_scaling::RopeScaling;
 use super::sources::{GgufWeights, SafetensorsWeights};
 use super::weights::WeightSource;
 use crate::tokenizer::{SpecialTokens, hf_folder_tokenizer, token_id_bound, tokenizer_from_vocab};
@@ -15,7 +17,7 @@ use crate::tokenizer::{SpecialTokens, hf_folder_tokenizer, token_id_bound, token
 /// A model on disk, opened and described, weights not yet on the device.
 pub struct ModelFiles {
     pub name: String,
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     pub tokenizer: Tokenizer,
     pub special_tokens: SpecialTokens,
     /// The model's Jinja chat template, if it ships one.
@@ -39,13 +41,18 @@ pub fn open_model(path: &Path) -> Result<ModelFiles, ModelError> {
 
 fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
     let file = GgufFile::open(path)?;
-    let arch = file.get_str("general.architecture").unwrap_or("llama").to_string();
-    if arch != "llama" {
-        return Err(ModelError::Unsupported {
-            path: path.to_path_buf(),
-            message: format!("architecture `{arch}` (only llama is supported)"),
-        });
-    }
+    let name = file.get_str("general.architecture").unwrap_or("llama");
+    let unsupported = |message: String| ModelError::Unsupported {
+        path: path.to_path_buf(),
+        message,
+    };
+    let architecture = arch::by_name(name).ok_or_else(|| {
+        unsupported(format!(
+            "architecture `{name}` (supported: {})",
+            arch::supported_names()
+        ))
+    })?;
+    let arch = architecture.name();
     let key = |k: &str| format!("{arch}.{k}");
     let required = |k: &str| {
         file.get_u32(&key(k))
@@ -67,9 +74,20 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
         .map(|v| v as usize)
         .unwrap_or_else(|| tokenizer.get_vocab_size(true));
     let head_dim = file
-        .get_u32(&key("rope.dimension_count"))
+        .get_u32(&key("attention.key_length"))
+        .or_else(|| file.get_u32(&key("rope.dimension_count")))
         .map_or(hidden_size / num_heads.max(1), |v| v as usize);
-    let config = LlamaConfig {
+    if let Some(rotary) = file.get_u32(&key("rope.dimension_count"))
+        && rotary as usize != head_dim
+    {
+        return Err(unsupported(format!(
+            "partial rotary embedding ({rotary} of {head_dim} dimensions)"
+        )));
+    }
+    let meta = Metadata::Gguf { file: &file, arch };
+    let features = architecture.features(&meta).map_err(unsupported)?;
+    let config = ModelConfig {
+        architecture: arch,
         vocab_size,
         hidden_size,
         intermediate_size: required("feed_forward_length")?,
@@ -78,9 +96,11 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
         num_kv_heads,
         head_dim,
         rope_theta: file.get_f32(&key("rope.freq_base")).unwrap_or(10_000.0),
+        rope_scaling: gguf_rope_scaling(&file, arch, head_dim).map_err(unsupported)?,
         rms_norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
         max_position_embeddings: required("context_length")?,
         tie_word_embeddings: file.tensor_info("output.weight").is_none(),
+        features,
     };
     check_config(&config, path)?;
     check_vocabulary(&tokenizer, &config, path)?;
@@ -107,17 +127,37 @@ fn open_hf_folder(dir: &Path) -> Result<ModelFiles, ModelError> {
         path: config_path.clone(),
         source,
     })?;
-    let hf: HfLlamaConfig = serde_json::from_str(&text).map_err(|e| ModelError::InvalidFile {
+    let invalid = |message: String| ModelError::InvalidFile {
         path: config_path.clone(),
-        message: e.to_string(),
+        message,
+    };
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let hf: HfConfig = serde_json::from_value(json.clone()).map_err(|e| invalid(e.to_string()))?;
+    let architecture = arch::for_hf_config(&hf).map_err(|message| ModelError::Unsupported {
+        path: config_path.clone(),
+        message,
     })?;
-    if let Some(rope_type) = hf.unsupported_rope_type() {
-        return Err(ModelError::InvalidFile {
-            path: config_path,
-            message: format!("RoPE type {rope_type:?} is not supported (kiln implements the default RoPE)"),
-        });
-    }
-    let config = LlamaConfig::from(&hf);
+    let head_dim = hf.head_dim.unwrap_or(hf.hidden_size / hf.num_attention_heads.max(1));
+    let meta = Metadata::Hf {
+        config: &hf,
+        json: &json,
+    };
+    let config = ModelConfig {
+        architecture: architecture.name(),
+        vocab_size: hf.vocab_size,
+        hidden_size: hf.hidden_size,
+        intermediate_size: hf.intermediate_size,
+        num_layers: hf.num_hidden_layers,
+        num_heads: hf.num_attention_heads,
+        num_kv_heads: hf.num_key_value_heads.unwrap_or(hf.num_attention_heads),
+        head_dim,
+        rope_theta: hf.rope_theta(),
+        rope_scaling: hf.rope_scaling(head_dim).map_err(invalid)?,
+        rms_norm_eps: hf.rms_norm_eps,
+        max_position_embeddings: hf.max_position_embeddings,
+        tie_word_embeddings: hf.tie_word_embeddings,
+        features: architecture.features(&meta).map_err(invalid)?,
+    };
     check_config(&config, &config_path)?;
     let (tokenizer, special_tokens) = hf_folder_tokenizer(dir)?;
     check_vocabulary(&tokenizer, &config, &config_path)?;
@@ -132,8 +172,37 @@ fn open_hf_folder(dir: &Path) -> Result<ModelFiles, ModelError> {
         tokenizer,
         special_tokens,
         chat_template,
-        weights: Box::new(SafetensorsWeights::open(dir)?),
+        weights: Box::new(SafetensorsWeights::open(dir, architecture.layout())?),
     })
+}
+
+/// The RoPE scaling a GGUF file asks for: Llama 3.1's `rope_freqs` tensor, or
+/// `rope.scaling.type` linear; any other type is refused by name.
+fn gguf_rope_scaling(file: &GgufFile, arch: &str, head_dim: usize) -> Result<RopeScaling, String> {
+    let kind = file.get_str(&format!("{arch}.rope.scaling.type")).unwrap_or("none");
+    let frequencies = file.tensor_info("rope_freqs.weight").is_some();
+    match (kind, frequencies) {
+        ("none", false) => Ok(RopeScaling::None),
+        ("none", true) => {
+            let t = file.tensor_f32("rope_freqs.weight").map_err(|e| e.to_string())?;
+            if t.data.len() != head_dim / 2 {
+                return Err(format!(
+                    "`rope_freqs` has {} values for {} frequencies",
+                    t.data.len(),
+                    head_dim / 2
+                ));
+            }
+            Ok(RopeScaling::Frequencies(t.data))
+        }
+        ("linear", false) => file
+            .get_f32(&format!("{arch}.rope.scaling.factor"))
+            .map(RopeScaling::Linear)
+            .ok_or_else(|| "linear RoPE scaling without a factor".to_string()),
+        (other, _) => Err(format!(
+            "RoPE scaling `{other}`{} is not supported (kiln implements linear and llama3's `rope_freqs`)",
+            if frequencies { " with `rope_freqs`" } else { "" }
+        )),
+    }
 }
 
 /// `tokenizer_config.json`'s `chat_template` (a string), when present.
@@ -146,7 +215,7 @@ fn read_hf_chat_template(dir: &Path) -> Option<String> {
 /// Every token id the tokenizer can produce must have an embedding row; a model that breaks
 /// this would read past the embedding for some prompts. (More rows than ids is padding: the
 /// executor never samples those.)
-fn check_vocabulary(tokenizer: &Tokenizer, c: &LlamaConfig, path: &Path) -> Result<(), ModelError> {
+fn check_vocabulary(tokenizer: &Tokenizer, c: &ModelConfig, path: &Path) -> Result<(), ModelError> {
     let bound = token_id_bound(tokenizer);
     if bound > c.vocab_size {
         return Err(ModelError::InvalidFile {
@@ -161,7 +230,7 @@ fn check_vocabulary(tokenizer: &Tokenizer, c: &LlamaConfig, path: &Path) -> Resu
     Ok(())
 }
 
-fn check_config(c: &LlamaConfig, path: &Path) -> Result<(), ModelError> {
+fn check_config(c: &ModelConfig, path: &Path) -> Result<(), ModelError> {
     let bad = |message: String| ModelError::InvalidFile {
         path: PathBuf::from(path),
         message,

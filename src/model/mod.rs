@@ -1,19 +1,24 @@
-//! The model: Llama in burn, weight formats, chat template, default-model fetch.
+//! The model: decoder-only transformers in burn behind one seam (`arch/`), weight formats,
+//! chat template, default-model fetch.
 
+pub mod arch;
 pub mod attention;
 pub mod chat_template;
 mod chat_template_limits;
 pub mod chat_template_source;
 pub mod config;
+pub mod decoder;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
-pub mod host_layer;
-pub mod llama;
+mod host_ops;
 pub mod loader;
 pub mod projection;
 pub mod rope;
+pub mod rope_scaling;
 pub mod sources;
+mod tensor_ops;
+pub mod transformer;
 pub mod weights;
 
 /// The burn backend kiln runs on: CUDA with the `cuda` feature, else the CPU `flex` backend.

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, backend::Backend};
 
+use super::rope_scaling::RopeScaling;
+
 /// Precomputed cos/sin tables for every position up to the model's context length, as tensors
 /// and in host memory (for the layers that run on host rows).
 #[derive(Debug, Clone)]
@@ -24,13 +26,24 @@ pub struct RotaryEmbedding<B: Backend> {
 
 impl<B: Backend> RotaryEmbedding<B> {
     pub fn new(head_dim: usize, theta: f32, max_positions: usize, device: &B::Device) -> Self {
+        Self::scaled(head_dim, theta, &RopeScaling::None, max_positions, device)
+    }
+
+    /// Tables with each frequency divided as `scaling` says.
+    pub fn scaled(
+        head_dim: usize,
+        theta: f32,
+        scaling: &RopeScaling,
+        max_positions: usize,
+        device: &B::Device,
+    ) -> Self {
         let half = head_dim / 2;
         let mut cos = Vec::with_capacity(max_positions * half);
         let mut sin = Vec::with_capacity(max_positions * half);
         for pos in 0..max_positions {
             for i in 0..half {
                 // Computed in f64 so long positions keep their precision before rounding.
-                let inv_freq = 1.0 / (theta as f64).powf((2 * i) as f64 / head_dim as f64);
+                let inv_freq = 1.0 / (theta as f64).powf((2 * i) as f64 / head_dim as f64) / scaling.divisor(i);
                 let angle = pos as f64 * inv_freq;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
 
+use super::arch::{LLAMA_HF_NAMES, WeightLayout};
 use super::error::ModelError;
 use super::gguf::GgufFile;
 use super::weights::{HostTensor, WeightSource};
@@ -59,34 +60,20 @@ impl WeightSource for GgufWeights {
     }
 }
 
-/// Hugging Face parameter names → GGUF names: the one remap table.
-const HF_TO_GGUF: &[(&str, &str)] = &[
-    ("model.embed_tokens.weight", "token_embd.weight"),
-    ("model.norm.weight", "output_norm.weight"),
-    ("lm_head.weight", "output.weight"),
-    ("input_layernorm.weight", "attn_norm.weight"),
-    ("self_attn.q_proj.weight", "attn_q.weight"),
-    ("self_attn.k_proj.weight", "attn_k.weight"),
-    ("self_attn.v_proj.weight", "attn_v.weight"),
-    ("self_attn.o_proj.weight", "attn_output.weight"),
-    ("post_attention_layernorm.weight", "ffn_norm.weight"),
-    ("mlp.gate_proj.weight", "ffn_gate.weight"),
-    ("mlp.up_proj.weight", "ffn_up.weight"),
-    ("mlp.down_proj.weight", "ffn_down.weight"),
-];
-
-/// Maps `model.layers.3.self_attn.q_proj.weight` to `blk.3.attn_q.weight`.
+/// Maps `model.layers.3.self_attn.q_proj.weight` to `blk.3.attn_q.weight` with Llama's table.
 pub fn hf_name_to_gguf(name: &str) -> Option<String> {
+    remap_hf_name(LLAMA_HF_NAMES, name)
+}
+
+/// Maps a Hugging Face parameter name to its GGUF name with an architecture's table.
+pub fn remap_hf_name(table: &[(&str, &str)], name: &str) -> Option<String> {
     if let Some(rest) = name.strip_prefix("model.layers.") {
         let (layer, param) = rest.split_once('.')?;
         layer.parse::<usize>().ok()?;
-        let (_, gguf) = HF_TO_GGUF.iter().find(|(hf, _)| *hf == param)?;
+        let (_, gguf) = table.iter().find(|(hf, _)| *hf == param)?;
         return Some(format!("blk.{layer}.{gguf}"));
     }
-    HF_TO_GGUF
-        .iter()
-        .find(|(hf, _)| *hf == name)
-        .map(|(_, g)| g.to_string())
+    table.iter().find(|(hf, _)| *hf == name).map(|(_, g)| g.to_string())
 }
 
 /// All `*.safetensors` files of a folder, memory-mapped, indexed by GGUF name.
@@ -94,11 +81,13 @@ pub struct SafetensorsWeights {
     files: Vec<(PathBuf, memmap2::Mmap)>,
     /// GGUF name → (file index, original name).
     index: HashMap<String, (usize, String)>,
+    /// Added to norm weights (Gemma's `1 + w`), so both formats hold the gain itself.
+    norm_offset: f32,
     dir: PathBuf,
 }
 
 impl SafetensorsWeights {
-    pub fn open(dir: &Path) -> Result<Self, ModelError> {
+    pub fn open(dir: &Path, layout: WeightLayout) -> Result<Self, ModelError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| ModelError::Io { path, source }
@@ -131,7 +120,7 @@ impl SafetensorsWeights {
                 .into_keys()
                 .collect::<Vec<_>>();
             for name in names {
-                if let Some(gguf) = hf_name_to_gguf(&name) {
+                if let Some(gguf) = remap_hf_name(layout.hf_names, &name) {
                     index.insert(gguf, (files.len(), name));
                 }
             }
@@ -140,6 +129,7 @@ impl SafetensorsWeights {
         Ok(Self {
             files,
             index,
+            norm_offset: layout.hf_norm_offset,
             dir: dir.to_path_buf(),
         })
     }
@@ -158,7 +148,7 @@ impl WeightSource for SafetensorsWeights {
         let st = SafeTensors::deserialize(map).map_err(|e| invalid(e.to_string()))?;
         let view = st.tensor(original).map_err(|e| invalid(e.to_string()))?;
         let bytes = view.data();
-        let data: Vec<f32> = match view.dtype() {
+        let mut data: Vec<f32> = match view.dtype() {
             Dtype::F32 => bytes
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -175,6 +165,9 @@ impl WeightSource for SafetensorsWeights {
                 return Err(invalid(format!("tensor `{original}` has unsupported dtype {other:?}")));
             }
         };
+        if self.norm_offset != 0.0 && name.ends_with("norm.weight") {
+            data.iter_mut().for_each(|v| *v += self.norm_offset);
+        }
         Ok(Some(HostTensor {
             shape: view.shape().to_vec(),
             data,

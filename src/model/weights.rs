@@ -1,19 +1,20 @@
-//! Turns named host tensors (from GGUF or safetensors) into the burn [`Llama`].
+//! Turns named host tensors (from GGUF or safetensors) into the burn [`Model`].
 //!
 //! Both formats are addressed by GGUF's tensor names; the Hugging Face loader maps its keys
-//! onto them with one remap table (`hf::HF_TO_GGUF`).
+//! onto them with the architecture's remap table ([`WeightLayout::hf_names`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
-use super::config::LlamaConfig;
+use super::arch::{self, WeightLayout};
+use super::config::ModelConfig;
+use super::decoder::{DecoderLayer, NormWeight};
 use super::error::ModelError;
-use super::host_layer::NormWeight;
-use super::llama::{DecoderLayer, Llama};
 use super::projection::Projection;
 use super::rope::RotaryEmbedding;
+use super::transformer::Model;
 use crate::kernels::PackedMatrix;
 
 /// A row-major f32 tensor in host memory; projections are `[out, in]`.
@@ -66,17 +67,26 @@ struct Part {
     permuted_heads: Option<usize>,
 }
 
-/// Builds the model on `device` from `source`.
-pub fn build_llama<B: Backend>(
-    config: &LlamaConfig,
+/// Builds the model of `config.architecture` on `device` from `source`.
+pub fn build_model<B: Backend>(
+    config: &ModelConfig,
     source: &dyn WeightSource,
     options: LoadOptions,
     device: &B::Device,
-) -> Result<Llama<B>, ModelError> {
+) -> Result<Model<B>, ModelError> {
+    let architecture = arch::by_name(config.architecture).ok_or_else(|| ModelError::Unsupported {
+        path: source.path().to_path_buf(),
+        message: format!(
+            "architecture `{}` (supported: {})",
+            config.architecture,
+            arch::supported_names()
+        ),
+    })?;
     let loader = Loader {
         config,
         source,
         options,
+        layout: architecture.layout(),
         path: source.path().to_path_buf(),
     };
     let c = config;
@@ -91,13 +101,24 @@ pub fn build_llama<B: Backend>(
         .map(|i| loader.layer::<B>(i, device))
         .collect::<Result<Vec<_>, _>>()?;
     let final_norm = loader.vector("output_norm.weight", c.hidden_size)?;
-    Ok(Llama {
+    let local_rope = c
+        .features
+        .local_rope_theta
+        .map(|theta| RotaryEmbedding::new(c.head_dim, theta, c.max_position_embeddings, device));
+    Ok(Model {
         config: c.clone(),
         embed: to_tensor(embed, device),
         layers,
-        final_norm: vec_tensor(final_norm, device),
+        final_norm: NormWeight::new(final_norm, device),
         lm_head,
-        rope: RotaryEmbedding::new(c.head_dim, c.rope_theta, c.max_position_embeddings, device),
+        rope: RotaryEmbedding::scaled(
+            c.head_dim,
+            c.rope_theta,
+            &c.rope_scaling,
+            c.max_position_embeddings,
+            device,
+        ),
+        local_rope,
         device: device.clone(),
     })
 }
@@ -113,43 +134,83 @@ impl Part {
 }
 
 struct Loader<'a> {
-    config: &'a LlamaConfig,
+    config: &'a ModelConfig,
     source: &'a dyn WeightSource,
     options: LoadOptions,
+    layout: WeightLayout,
     path: PathBuf,
 }
 
 impl Loader<'_> {
     fn layer<B: Backend>(&self, i: usize, device: &B::Device) -> Result<DecoderLayer<B>, ModelError> {
-        let c = self.config;
+        let (c, f, layout) = (self.config, &self.config.features, self.layout);
         let name = |part: &str| format!("blk.{i}.{part}.weight");
-        let q_dim = c.num_heads * c.head_dim;
-        let interleaved = self.source.qk_rows_interleaved();
+        let (q_dim, kv_dim, ffn) = (c.q_dim(), c.kv_dim(), c.intermediate_size);
+        let interleaved = layout.gguf_qk_interleaved && self.source.qk_rows_interleaved();
         let permuted = |name: String, rows: usize, heads: usize| Part {
             name,
             rows,
             permuted_heads: interleaved.then_some(heads),
         };
-        let qkv = [
-            permuted(name("attn_q"), q_dim, c.num_heads),
-            permuted(name("attn_k"), c.kv_dim(), c.num_kv_heads),
-            Part::plain(&name("attn_v"), c.kv_dim()),
-        ];
-        let gate_up = [
-            Part::plain(&name("ffn_gate"), c.intermediate_size),
-            Part::plain(&name("ffn_up"), c.intermediate_size),
-        ];
+        let qkv = if layout.fused_qkv {
+            vec![Part::plain(&name("attn_qkv"), q_dim + 2 * kv_dim)]
+        } else {
+            vec![
+                permuted(name("attn_q"), q_dim, c.num_heads),
+                permuted(name("attn_k"), kv_dim, c.num_kv_heads),
+                Part::plain(&name("attn_v"), kv_dim),
+            ]
+        };
+        let gate_up = if layout.fused_gate_up {
+            vec![Part::plain(&name("ffn_up"), 2 * ffn)]
+        } else {
+            vec![Part::plain(&name("ffn_gate"), ffn), Part::plain(&name("ffn_up"), ffn)]
+        };
+        let norm =
+            |part: &str, len: usize| Ok::<_, ModelError>(NormWeight::new(self.vector(&name(part), len)?, device));
+        let qkv_bias = if f.qkv_bias {
+            let bias = |part: &str, rows: usize, heads: usize| {
+                let values = self.vector(&format!("blk.{i}.{part}.bias"), rows)?;
+                Ok::<_, ModelError>(match interleaved && part != "attn_v" {
+                    true => unpermuted_row_order(rows, heads)
+                        .into_iter()
+                        .map(|r| values[r])
+                        .collect(),
+                    false => values,
+                })
+            };
+            let mut values = bias("attn_q", q_dim, c.num_heads)?;
+            values.extend(bias("attn_k", kv_dim, c.num_kv_heads)?);
+            values.extend(bias("attn_v", kv_dim, c.num_kv_heads)?);
+            Some(NormWeight::new(values, device))
+        } else {
+            None
+        };
+        let qk_norm = match f.qk_norm {
+            true => Some((norm("attn_q_norm", c.head_dim)?, norm("attn_k_norm", c.head_dim)?)),
+            false => None,
+        };
+        let (post_attn_norm, post_ffn_norm) = match f.post_norms {
+            true => (
+                Some(norm("post_attention_norm", c.hidden_size)?),
+                Some(norm("post_ffw_norm", c.hidden_size)?),
+            ),
+            false => (None, None),
+        };
+        let window = c.layer_window(i);
         Ok(DecoderLayer {
-            attn_norm: NormWeight::new(self.vector(&name("attn_norm"), c.hidden_size)?, device),
+            attn_norm: norm("attn_norm", c.hidden_size)?,
             qkv: self.projection(&qkv, c.hidden_size, device)?,
+            qkv_bias,
+            qk_norm,
             attn_out: self.projection(&[Part::plain(&name("attn_output"), c.hidden_size)], q_dim, device)?,
-            ffn_norm: NormWeight::new(self.vector(&name("ffn_norm"), c.hidden_size)?, device),
+            post_attn_norm,
+            ffn_norm: norm("ffn_norm", c.hidden_size)?,
             gate_up: self.projection(&gate_up, c.hidden_size, device)?,
-            down: self.projection(
-                &[Part::plain(&name("ffn_down"), c.hidden_size)],
-                c.intermediate_size,
-                device,
-            )?,
+            down: self.projection(&[Part::plain(&name("ffn_down"), c.hidden_size)], ffn, device)?,
+            post_ffn_norm,
+            window,
+            local_rope: window.is_some() && f.local_rope_theta.is_some(),
         })
     }
 
@@ -294,11 +355,6 @@ pub fn transpose(t: &HostTensor) -> HostTensor {
 
 fn to_tensor<B: Backend>(t: HostTensor, device: &B::Device) -> Tensor<B, 2> {
     Tensor::from_data(TensorData::new(t.data, [t.shape[0], t.shape[1]]), device)
-}
-
-fn vec_tensor<B: Backend>(v: Vec<f32>, device: &B::Device) -> Tensor<B, 1> {
-    let n = v.len();
-    Tensor::from_data(TensorData::new(v, [n]), device)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::super::test_driver::{EOS, config, request};
 use crate::engine::events::{TokenEvent, TokenUsage};
 use crate::executor::Executor;
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
-use crate::model::config::LlamaConfig;
+use crate::model::config::ModelConfig;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::data::{IterationStats, SchedulerStats};
 use crate::stats::step_cost::StepCostModel;
@@ -117,19 +117,7 @@ fn a_repeated_prompt_is_served_from_the_cache_and_says_so_in_its_usage() {
 
 #[test]
 fn sampled_blocks_report_residency_and_steps_their_cost_when_asked() {
-    let model = LlamaConfig {
-        vocab_size: 1000,
-        hidden_size: 8,
-        intermediate_size: 16,
-        num_layers: 2,
-        num_heads: 2,
-        num_kv_heads: 1,
-        head_dim: 4,
-        rope_theta: 10000.0,
-        rms_norm_eps: 1e-5,
-        max_position_embeddings: 512,
-        tie_word_embeddings: true,
-    };
+    let model = ModelConfig::llama(1000, 8, 16, 2, 2, 1, 4, 512);
     let measured = SchedulerConfig {
         kv_block_metrics_sample: 1.0,
         step_cost: Some(StepCostModel::new(&model, 1000.0, 4)),

@@ -21,7 +21,7 @@ use crate::model::chat_template::{ChatTemplate, RenderLimits};
 use crate::model::chat_template_source::choose_chat_template;
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
 use crate::model::loader::ModelFiles;
-use crate::model::weights::{LoadOptions, build_llama};
+use crate::model::weights::{LoadOptions, build_model};
 use crate::model::{Backend, default_device};
 use crate::scheduler::{PreemptionMode, SchedulerConfig};
 use crate::stats::step_cost::StepCostModel;
@@ -53,7 +53,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     spinner.enable_steady_tick(Duration::from_millis(200));
     select_cpu_kernels(config)?;
     let device = default_device();
-    let llama = build_llama::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
+    let llama = build_model::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
     spinner.finish_and_clear();
 
     let sizing = CacheSizing::new(config, &files.config)?;
@@ -115,7 +115,7 @@ pub struct CacheSizing {
 
 impl CacheSizing {
     /// From `engine.kv_cache_memory` (or the override) and `engine.swap_space_gib`, at f32.
-    pub fn new(config: &Config, model: &crate::model::config::LlamaConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &Config, model: &crate::model::config::ModelConfig) -> anyhow::Result<Self> {
         let e = &config.engine;
         let bytes_per_block = (e.block_size * model.kv_bytes_per_token(4)) as u64;
         let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {

@@ -4,7 +4,7 @@
 //! padding, caches and activations are not counted. kiln runs one engine per process, so
 //! vLLM's "per GPU" is "per engine" here.
 
-use crate::model::config::LlamaConfig;
+use crate::model::config::ModelConfig;
 
 /// A step's estimated cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -23,7 +23,7 @@ impl std::ops::AddAssign for StepCost {
 }
 
 /// Parameters of one decoder layer's matrices: Q, K, V, O and the gated MLP.
-fn layer_parameters(cfg: &LlamaConfig) -> f64 {
+fn layer_parameters(cfg: &ModelConfig) -> f64 {
     let h = cfg.hidden_size as f64;
     let q_dim = (cfg.num_heads * cfg.head_dim) as f64;
     let kv_dim = cfg.kv_dim() as f64;
@@ -47,7 +47,7 @@ pub struct StepCostModel {
 impl StepCostModel {
     /// `weight_bytes`: the weights as the executor holds them (the GGUF's size when it
     /// multiplies quantised blocks, 4 bytes a parameter when dequantised).
-    pub fn new(cfg: &LlamaConfig, weight_bytes: f64, kv_bytes_per_value: usize) -> Self {
+    pub fn new(cfg: &ModelConfig, weight_bytes: f64, kv_bytes_per_value: usize) -> Self {
         let h = cfg.hidden_size as f64;
         let per_layer = layer_parameters(cfg);
         Self {
@@ -60,7 +60,7 @@ impl StepCostModel {
     }
 
     /// Parameters of the decoder matrices plus the embedding (4 bytes each when dequantised).
-    pub fn parameters(cfg: &LlamaConfig) -> f64 {
+    pub fn parameters(cfg: &ModelConfig) -> f64 {
         let h = cfg.hidden_size as f64;
         let per_layer = layer_parameters(cfg);
         cfg.num_layers as f64 * per_layer + h * cfg.vocab_size as f64
@@ -93,20 +93,8 @@ impl StepCostModel {
 mod tests {
     use super::*;
 
-    fn tiny() -> LlamaConfig {
-        LlamaConfig {
-            vocab_size: 100,
-            hidden_size: 8,
-            intermediate_size: 16,
-            num_layers: 2,
-            num_heads: 2,
-            num_kv_heads: 1,
-            head_dim: 4,
-            rope_theta: 10000.0,
-            rms_norm_eps: 1e-5,
-            max_position_embeddings: 64,
-            tie_word_embeddings: true,
-        }
+    fn tiny() -> ModelConfig {
+        ModelConfig::llama(100, 8, 16, 2, 2, 1, 4, 64)
     }
 
     #[test]

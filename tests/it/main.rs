@@ -7,6 +7,7 @@ mod access_control;
 mod access_logs;
 mod alert_rules;
 mod api_tiny;
+mod arch_parity;
 mod benchmarks;
 mod chat_templates;
 mod common;

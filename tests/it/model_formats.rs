@@ -9,11 +9,11 @@ use std::time::Instant;
 use kiln::config::Config;
 use kiln::engine::sampling_params::SamplingParams;
 use kiln::engine::types::Operation;
-use kiln::model::gguf::GgufFile;
+use kiln::model::gguf::{GgufFile, GgufValue, GgufWriter};
 use kiln::model::loader::open_model;
 use kiln::model::projection::Projection;
 use kiln::model::sources::hf_name_to_gguf;
-use kiln::model::weights::{HostTensor, LoadOptions, build_llama, unpermute_rows};
+use kiln::model::weights::{HostTensor, LoadOptions, build_model, unpermute_rows};
 use kiln::model::{Backend, default_device};
 use kiln::scheduler::{NewRequest, Scheduler};
 use kiln::server::prepare_model;
@@ -174,7 +174,7 @@ fn quantised_projections_stay_packed_unless_dequantisation_is_asked_for() {
     let path = write_tiny_model(dir.path(), TinyModelSpec::default()).expect("write");
     let files = open_model(&path).expect("open");
     let load = |keep_quantized| {
-        build_llama::<Backend>(
+        build_model::<Backend>(
             &files.config,
             files.weights.as_ref(),
             LoadOptions { keep_quantized },
@@ -223,16 +223,85 @@ fn truncated_or_corrupt_files_give_errors_naming_the_file() {
     assert!(err.contains("absent.gguf"), "{err}");
 }
 
-/// A scaled RoPE (Llama 3.1's `llama3`, YaRN, ...) would load and answer wrongly; it is
-/// refused by name instead.
+/// A RoPE scaling kiln does not implement (YaRN, ...) would load and answer wrongly; it is
+/// refused by name instead, from a folder and from a GGUF file alike.
 #[test]
 fn a_folder_with_an_unsupported_rope_variant_is_refused_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, hf) = tiny_model_in_both_formats(dir.path());
     let path = hf.join("config.json");
     let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
-    config["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 32.0});
+    config["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 32.0});
     std::fs::write(&path, config.to_string()).expect("write");
     let err = open_model(&hf).err().expect("refused").to_string();
-    assert!(err.contains("config.json") && err.contains("llama3"), "{err}");
+    assert!(err.contains("config.json") && err.contains("yarn"), "{err}");
+}
+
+/// The tiny GGUF model rewritten with extra metadata.
+fn tiny_gguf_with(dir: &Path, extra: &[(&str, GgufValue)]) -> std::path::PathBuf {
+    let original = write_tiny_model(dir, TinyModelSpec::default()).expect("tiny model");
+    let file = GgufFile::open(&original).expect("gguf");
+    let mut writer = GgufWriter::new();
+    for (key, value) in file.metadata() {
+        writer.add_metadata(key, value.clone());
+    }
+    for (key, value) in extra {
+        writer.add_metadata(key, value.clone());
+    }
+    for info in file.tensors() {
+        let bytes = file.tensor_bytes(&info.name).expect("bytes").to_vec();
+        writer
+            .add_tensor_raw(&info.name, &info.shape, info.ty, bytes)
+            .expect("tensor");
+    }
+    let path = dir.join("rewritten.gguf");
+    writer.write_to(&path).expect("write");
+    path
+}
+
+#[test]
+fn a_gguf_with_an_unsupported_rope_scaling_or_architecture_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yarn = tiny_gguf_with(
+        dir.path(),
+        &[("llama.rope.scaling.type", GgufValue::String("yarn".into()))],
+    );
+    let err = open_model(&yarn).err().expect("refused").to_string();
+    assert!(err.contains("rewritten.gguf") && err.contains("yarn"), "{err}");
+    let falcon = tiny_gguf_with(
+        dir.path(),
+        &[("general.architecture", GgufValue::String("falcon".into()))],
+    );
+    let err = open_model(&falcon).err().expect("refused").to_string();
+    assert!(err.contains("falcon") && err.contains("llama"), "{err}");
+}
+
+/// Linear RoPE scaling divides every frequency: the logits change, and a factor of 1 is the
+/// plain model's.
+#[test]
+fn a_gguf_with_linear_rope_scaling_changes_the_logits_and_factor_one_does_not() {
+    let prompt = [5, 80, 81, 90, 100, 3, 7];
+    let plain_dir = tempfile::tempdir().expect("tempdir");
+    let plain = first_logits(
+        &write_tiny_model(plain_dir.path(), TinyModelSpec::default()).expect("tiny"),
+        &prompt,
+    );
+    let scaled = |factor: f32| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = tiny_gguf_with(
+            dir.path(),
+            &[
+                ("llama.rope.scaling.type", GgufValue::String("linear".into())),
+                ("llama.rope.scaling.factor", GgufValue::F32(factor)),
+            ],
+        );
+        first_logits(&path, &prompt)
+    };
+    assert_eq!(scaled(1.0), plain);
+    let worst = scaled(4.0)
+        .iter()
+        .zip(&plain)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(worst > 1e-3, "scaling by 4 left the logits as they were ({worst})");
 }
