@@ -83,7 +83,12 @@ impl PackedMatrix {
         };
         let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
         for block in data.chunks_exact(block_bytes) {
-            if repack::push_repacked(ty, block, &mut m) {
+            let mut blocks = repack::Blocks {
+                scales: &mut m.scales,
+                mins: &mut m.mins,
+                quants: &mut m.quants,
+            };
+            if repack::push_repacked(ty, block, &mut blocks) {
                 continue;
             }
             let scale = half(block);

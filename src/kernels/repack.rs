@@ -8,7 +8,16 @@
 use half::f16;
 
 use super::GgmlType;
-use super::packed::{BLOCK, PackedMatrix};
+
+/// Elements per packed block (the packed formats' `BLOCK`).
+const BLOCK: usize = 32;
+
+/// Where repacked blocks go: a packed matrix's per-block scales and mins and its quants.
+pub(super) struct Blocks<'a> {
+    pub scales: &'a mut Vec<f32>,
+    pub mins: &'a mut Vec<f32>,
+    pub quants: &'a mut Vec<u8>,
+}
 
 /// IQ4_NL's and IQ4_XS's non-linear 4-bit grid.
 pub const IQ4_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
@@ -33,7 +42,7 @@ pub fn k4_scale_min(packed: &[u8], j: usize) -> (u8, u8) {
 
 /// Appends one ggml block of `ty` to `m` as 32-element packed blocks; `false` for a type
 /// this file does not repack.
-pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut PackedMatrix) -> bool {
+pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut Blocks<'_>) -> bool {
     match ty {
         GgmlType::Q4_K => q4_k(block, m),
         GgmlType::Q5_0 => q5_0(block, m),
@@ -47,7 +56,7 @@ pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut PackedMatrix) ->
     true
 }
 
-fn q4_k(block: &[u8], m: &mut PackedMatrix) {
+fn q4_k(block: &[u8], m: &mut Blocks<'_>) {
     let (d, dmin) = (half(block), half(&block[2..]));
     let (packed, qs) = (&block[4..16], &block[16..144]);
     for j in 0..8 {
@@ -61,7 +70,7 @@ fn q4_k(block: &[u8], m: &mut PackedMatrix) {
     }
 }
 
-fn q5_0(block: &[u8], m: &mut PackedMatrix) {
+fn q5_0(block: &[u8], m: &mut Blocks<'_>) {
     m.scales.push(half(block));
     let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
     let qs = &block[6..22];
@@ -73,12 +82,12 @@ fn q5_0(block: &[u8], m: &mut PackedMatrix) {
 
 /// 16 bytes of IQ4 nibbles (element `j` low nibble of byte `j`, `j + 16` the high one) as
 /// 32 signed grid values.
-fn push_grid(qs: &[u8], m: &mut PackedMatrix) {
+fn push_grid(qs: &[u8], m: &mut Blocks<'_>) {
     m.quants
         .extend((0..BLOCK).map(|j| IQ4_VALUES[usize::from((qs[j % 16] >> (4 * (j / 16))) & 0x0f)] as u8));
 }
 
-fn iq4_xs(block: &[u8], m: &mut PackedMatrix) {
+fn iq4_xs(block: &[u8], m: &mut Blocks<'_>) {
     let d = half(block);
     let scales_h = u16::from_le_bytes([block[2], block[3]]);
     let (scales_l, qs) = (&block[4..8], &block[8..136]);

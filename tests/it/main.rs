@@ -29,6 +29,7 @@ mod otlp_push;
 mod overload;
 mod process_lifecycle;
 mod prompt_bos;
+mod quant_types;
 mod reference_parity;
 mod sampling_params;
 mod scheduler_pressure;
