@@ -5,6 +5,7 @@
 
 mod access_control;
 mod access_logs;
+mod agent_frameworks;
 mod alert_rules;
 mod api_tiny;
 mod benchmarks;
@@ -13,6 +14,7 @@ mod common;
 mod deploy_manifests;
 mod disconnects;
 mod draining;
+mod eval_harness_shapes;
 mod exemplars;
 mod faults;
 mod gateway_metrics;
@@ -28,10 +30,12 @@ mod otlp_push;
 mod overload;
 mod process_lifecycle;
 mod reference_parity;
+mod responses_api;
 mod sampling_params;
 mod scheduler_pressure;
 mod schemathesis;
 mod slow_clients;
+mod strict_schemas;
 mod structured_outputs;
 mod telemetry;
 mod telemetry_external;
