@@ -83,7 +83,7 @@ fn a_response_is_chats_answer_worded_as_the_responses_api() {
             "response.output_text.done",
             "response.content_part.done",
             "response.output_item.done",
-            "response.incomplete"
+            "response.completed"
         ]
     );
     for (i, event) in events.iter().enumerate() {
@@ -96,6 +96,10 @@ fn a_response_is_chats_answer_worded_as_the_responses_api() {
         .collect();
     assert_eq!(deltas, text);
     let last = &events[events.len() - 1]["response"];
+    assert_eq!(
+        last["status"], "incomplete",
+        "cut: `response.completed` as vLLM sends it, status incomplete"
+    );
     assert_eq!(last["output"][0]["content"][0]["text"], text.as_str());
     assert_eq!(last["usage"]["output_tokens"], 6);
 
@@ -181,6 +185,8 @@ fn the_openai_client_creates_and_streams_responses() {
         c.model.chat_template = crate::tool_calling::TOOLS_TEMPLATE.into();
         c.model.enable_auto_tool_choice = true;
         c.model.tool_call_parser = "hermes".into();
+        // For the cached tokens of a repeated prompt.
+        c.engine.enable_prefix_caching = true;
     });
     crate::openai_client::run_openai_script("openai_responses_check.py", &server.url("/v1"));
 }

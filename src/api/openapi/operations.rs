@@ -153,7 +153,7 @@ pub fn create_chat_completion() {}
     responses(
         (status = 200, description = "The response object (stateless: `store` is false); with \
             `stream: true`, the Responses API's server-sent events from `response.created` to \
-            `response.completed` (or `response.incomplete`)",
+            `response.completed` (its response's `status` `incomplete` when cut)",
             content(
                 (Object = "application/json"),
                 (ServerSentEvent = "text/event-stream")

@@ -1,7 +1,7 @@
 //! The Responses API's wording of one choice: the whole response, or its event stream
 //! (`response.created`, `response.in_progress`, then per output item `output_item.added`,
 //! its text or arguments deltas and `.done` events, `output_item.done`, and last
-//! `response.completed` or `response.incomplete` with the usage). Tool calls are read from
+//! `response.completed` with the usage). Tool calls are read from
 //! the text as chat reads them (see `api::tool_calls`).
 
 use actix_web::HttpResponse;
@@ -222,18 +222,16 @@ impl ChunkFormat for ResponsesFormat {
         (!out.is_empty()).then(|| Bytes::from(out))
     }
 
-    /// The last event: the whole response with its usage.
+    /// The last event: the whole response with its usage. Always `response.completed`, its
+    /// `status` `incomplete` when cut, as vLLM sends it (the openai SDK's stream helper
+    /// finishes only on that event).
     fn usage(&mut self, usage: Usage) -> Bytes {
         let mut out = Vec::new();
-        let kind = match self.status {
-            Status::Incomplete => "response.incomplete",
-            _ => {
-                self.status = Status::Completed;
-                "response.completed"
-            }
-        };
+        if self.status == Status::InProgress {
+            self.status = Status::Completed;
+        }
         let response = self.snapshot(Some(&usage));
-        self.event(&mut out, kind, json!({"response": response}));
+        self.event(&mut out, "response.completed", json!({"response": response}));
         Bytes::from(out)
     }
 
