@@ -1,6 +1,8 @@
 """openai-agents 0.24 against kiln on its default model class (the Responses API): an agent
 calls a function tool. The only settings are the client's address and, because the default
-model is small, a forced first call that ends the run with the tool's result."""
+model is small, one forced call that ends the run with the tool's result."""
+
+import asyncio
 
 from agents import Agent, ModelSettings, Runner, function_tool, set_default_openai_client, set_tracing_disabled
 from openai import AsyncOpenAI
@@ -24,23 +26,22 @@ agent = Agent(
     instructions="Answer questions about the weather.",
     model=MODEL,
     tools=[get_weather],
-    model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=64),
+    # One call: allowed several, the small model repeats its call until max_tokens.
+    model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=64),
     tool_use_behavior="stop_on_first_tool",
 )
-result = Runner.run_sync(agent, QUESTION, max_turns=2)
-assert len(calls) == 1 and calls[0], calls
-assert result.final_output == f"sunny in {calls[0]}", result.final_output
-
-streamed = Runner.run_streamed(agent, QUESTION, max_turns=2)
 
 
-async def drain():
-    async for _ in streamed.stream_events():
-        pass
+async def main():
+    # One event loop for both runs: the client's connections belong to it.
+    result = await Runner.run(agent, QUESTION, max_turns=2)
+    assert len(calls) == 1 and calls[0], calls
+    assert result.final_output == f"sunny in {calls[0]}", result.final_output
+    streamed = Runner.run_streamed(agent, QUESTION, max_turns=2)
+    kinds = [event.type async for event in streamed.stream_events()]
+    assert "raw_response_event" in kinds, kinds
+    assert len(calls) == 2 and streamed.final_output == f"sunny in {calls[1]}", (calls, streamed.final_output)
 
 
-import asyncio  # noqa: E402
-
-asyncio.run(drain())
-assert len(calls) == 2 and streamed.final_output == f"sunny in {calls[1]}", (calls, streamed.final_output)
+asyncio.run(main())
 print("openai-agents checks passed")
