@@ -198,16 +198,14 @@ impl ChunkFormat for ChatFormat {
         Some(sse_data(&self.chunk(vec![choice])))
     }
 
-    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Option<Bytes> {
+    fn delta(&mut self, index: u32, delta: &ChoiceDelta, usage: Option<Usage>) -> Option<Bytes> {
         let stream = self
             .streams
             .entry(index)
             .or_insert_with(|| ToolStream::new(self.tools.clone()));
         let mut piece = stream.push(&delta.text);
         if delta.end.is_some() {
-            let rest = stream.finish();
-            piece.content.push_str(&rest.content);
-            piece.calls.extend(rest.calls);
+            piece.append(stream.finish());
         }
         let finish_reason = finish_reason(delta, stream.tool_calls_finish());
         let logprobs = (!delta.tokens.is_empty()).then(|| chat_logprobs(&delta.tokens));
@@ -225,7 +223,9 @@ impl ChunkFormat for ChatFormat {
             finish_reason,
             metrics: self.head.metrics(delta),
         };
-        Some(sse_data(&self.chunk(vec![choice])))
+        let mut chunk = self.chunk(vec![choice]);
+        chunk.usage = usage;
+        Some(sse_data(&chunk))
     }
 
     fn usage(&mut self, usage: Usage) -> Bytes {

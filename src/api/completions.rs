@@ -128,7 +128,9 @@ fn fill_in_the_middle(tokenizer: &Tokenizer, prompt: PromptInput, suffix: &str) 
     }
 }
 
-/// The legacy parallel-array logprobs; `text_offset` counts bytes from `start_offset`.
+/// The legacy parallel-array logprobs. Each position's `top_logprobs` holds the chosen token
+/// too (up to `logprobs` + 1 entries; `logprobs: 0` gives the chosen one alone), and
+/// `text_offset` counts characters from `start_offset`, as OpenAI and vLLM send them.
 fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionLogprobs {
     let mut offset = start_offset;
     let mut out = CompletionLogprobs::default();
@@ -137,17 +139,30 @@ fn completion_logprobs(tokens: &[TokenDetail], start_offset: u32) -> CompletionL
         // NaN: the first token of an echoed prompt, which has no logprob (null, as OpenAI).
         let scored = !t.logprob.is_nan();
         out.token_logprobs.push(scored.then(|| finite_logprob(t.logprob)));
-        out.top_logprobs
-            .push(scored.then(|| TopLogprobMap(t.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect())));
+        out.top_logprobs.push(scored.then(|| top_with_chosen(t)));
         out.text_offset.push(offset);
-        offset += t.text.len() as u32;
+        offset += text_chars(&t.text);
     }
     out
 }
 
+/// The top alternatives, and the chosen token after them when it is not among them.
+fn top_with_chosen(token: &TokenDetail) -> TopLogprobMap {
+    let mut top: Vec<(String, f32)> = token.top.iter().map(|(s, l)| (s.clone(), finite_logprob(*l))).collect();
+    if !top.iter().any(|(s, _)| *s == token.text) {
+        top.push((token.text.clone(), finite_logprob(token.logprob)));
+    }
+    TopLogprobMap(top)
+}
+
+/// A text's length in characters, the unit of `text_offset`.
+fn text_chars(text: &str) -> u32 {
+    text.chars().count() as u32
+}
+
 pub struct CompletionFormat {
     head: ResponseHead,
-    /// Per choice: bytes of text sent so far (for `text_offset`).
+    /// Per choice: characters of text sent so far (for `text_offset`).
     offsets: HashMap<u32, u32>,
 }
 
@@ -174,12 +189,14 @@ impl ChunkFormat for CompletionFormat {
         None
     }
 
-    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Option<Bytes> {
+    fn delta(&mut self, index: u32, delta: &ChoiceDelta, usage: Option<Usage>) -> Option<Bytes> {
         let offset = self.offsets.get(&index).copied().unwrap_or(0);
         let choice = self.choice(index, delta, delta.text.clone(), offset);
-        let sent: u32 = delta.tokens.iter().map(|t| t.text.len() as u32).sum();
+        let sent: u32 = delta.tokens.iter().map(|t| text_chars(&t.text)).sum();
         *self.offsets.entry(index).or_default() += sent;
-        Some(sse_data(&self.chunk(vec![choice])))
+        let mut chunk = self.chunk(vec![choice]);
+        chunk.usage = usage;
+        Some(sse_data(&chunk))
     }
 
     fn usage(&mut self, usage: Usage) -> Bytes {

@@ -49,6 +49,9 @@ pub struct ChoiceDelta {
     pub end: Option<ChoiceEnd>,
     /// vLLM's `prompt_logprobs`, in the first delta of a choice that asked for them.
     pub prompt_logprobs: Option<Vec<Option<PromptPositionDetail>>>,
+    /// The choice's prompt tokens and the tokens it has generated so far, this delta's
+    /// included (for `continuous_usage_stats`).
+    pub tokens_so_far: (usize, usize),
 }
 
 impl ChoiceDelta {
@@ -74,6 +77,8 @@ pub struct ChoiceStream {
     min_tokens: usize,
     /// The prompt text and logprobs sent before the first token, when asked.
     echo: PromptEcho,
+    /// `echo` with `max_tokens: 0`: only the prompt is sent.
+    echo_only: bool,
     finished: bool,
     /// Where this choice reports its end (access log, spans); shared by the body's choices.
     record: Option<Arc<RequestRecord>>,
@@ -109,6 +114,7 @@ impl ChoiceStream {
         let prompt_tokens = request.prompt.len();
         let min_tokens = request.params.min_tokens as usize;
         let echo = PromptEcho::new(&request.prompt, &request.params);
+        let echo_only = request.params.echo_only;
         let message = Generate {
             id: request.id.clone(),
             prompt_token_ids: request.prompt,
@@ -136,6 +142,7 @@ impl ChoiceStream {
             completion_tokens: 0,
             min_tokens,
             echo,
+            echo_only,
             finished: false,
             record,
         })
@@ -156,6 +163,10 @@ impl ChoiceStream {
                 .collect();
             delta.prompt_logprobs = preamble.prompt_logprobs;
         }
+        if let Some(Ok(delta)) = next.as_mut() {
+            let generated = delta.end.map_or(self.completion_tokens, |e| e.usage.completion_tokens);
+            delta.tokens_so_far = (self.prompt_tokens, generated);
+        }
         next
     }
 
@@ -169,6 +180,8 @@ impl ChoiceStream {
                 return Some(Err(ApiError::EngineError("the engine dropped the request".into())));
             };
             match event {
+                // `echo` with `max_tokens: 0`: the one step's token is not the client's.
+                TokenEvent::Token { .. } if self.echo_only => {}
                 TokenEvent::Token { id, logprobs } => {
                     self.completion_tokens += 1;
                     let tokens = logprobs.map(|lp| vec![self.detail(id, &lp)]).unwrap_or_default();
@@ -194,7 +207,7 @@ impl ChoiceStream {
                         text: outcome.emit,
                         tokens,
                         end: None,
-                        prompt_logprobs: None,
+                        ..ChoiceDelta::default()
                     }));
                 }
                 TokenEvent::Finished {
@@ -213,13 +226,22 @@ impl ChoiceStream {
                         text.push_str(&self.stops.flush());
                         reason
                     };
+                    let (reason, usage) = if self.echo_only {
+                        let usage = TokenUsage {
+                            completion_tokens: 0,
+                            ..usage
+                        };
+                        (FinishReason::Length, usage)
+                    } else {
+                        (reason, usage)
+                    };
                     let end = ChoiceEnd { reason, usage, timings };
                     self.report(end, timeline);
                     return Some(Ok(ChoiceDelta {
                         text,
                         tokens: Vec::new(),
                         end: Some(end),
-                        prompt_logprobs: None,
+                        ..ChoiceDelta::default()
                     }));
                 }
                 TokenEvent::PromptLogprobs(chunk) => self.echo.receive(chunk),
@@ -264,7 +286,7 @@ impl ChoiceStream {
                     text,
                     tokens,
                     end: Some(end),
-                    prompt_logprobs: None,
+                    ..ChoiceDelta::default()
                 };
             }
         }
@@ -273,7 +295,7 @@ impl ChoiceStream {
             text,
             tokens,
             end: Some(end),
-            prompt_logprobs: None,
+            ..ChoiceDelta::default()
         }
     }
 

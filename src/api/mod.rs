@@ -19,13 +19,16 @@ pub mod pipeline;
 pub mod prompt;
 pub mod prompt_echo;
 pub mod request_log;
+pub mod responses;
 pub mod routes;
 pub mod service_types;
 pub mod sse;
 pub mod stall_watch;
 pub mod stop_strings;
+pub mod strict_schema;
 pub mod structured_output;
 pub mod tokenize;
+pub mod tokenizer_info;
 pub mod tool_calls;
 pub mod validation;
 
@@ -61,6 +64,8 @@ pub struct ServedModel {
     pub grammars: Option<Arc<GrammarCompiler>>,
     /// Reads `tool_choice: auto` calls; `None` unless `--enable-auto-tool-choice`.
     pub tool_parser: Option<tool_calls::ToolParserKind>,
+    /// What `GET /tokenizer_info` answers (see [`tokenizer_info`]).
+    pub tokenizer_config: Arc<serde_json::Value>,
 }
 
 /// Shared, read-only state of every handler.

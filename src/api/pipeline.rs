@@ -32,15 +32,26 @@ pub enum Delivery {
     /// One JSON body once every choice has ended.
     Whole,
     /// Server-sent events as tokens arrive, with a closing usage chunk when asked.
-    Stream { include_usage: bool },
+    Stream(UsageChunks),
+}
+
+/// Where a stream reports usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UsageChunks {
+    /// A closing chunk with the body's usage (`include_usage`).
+    pub closing: bool,
+    /// Every chunk with its choice's usage so far (vLLM's `continuous_usage_stats`, which
+    /// counts only with `include_usage`, as in vLLM).
+    pub continuous: bool,
 }
 
 impl Delivery {
     /// `stream` and `stream_options` as both endpoints send them.
     pub fn from_request(stream: Option<bool>, options: Option<&StreamOptions>) -> Self {
         if stream.unwrap_or(false) {
-            let include_usage = options.and_then(|o| o.include_usage).unwrap_or(false);
-            Delivery::Stream { include_usage }
+            let closing = options.and_then(|o| o.include_usage).unwrap_or(false);
+            let continuous = closing && options.and_then(|o| o.continuous_usage_stats).unwrap_or(false);
+            Delivery::Stream(UsageChunks { closing, continuous })
         } else {
             Delivery::Whole
         }
@@ -185,13 +196,13 @@ pub async fn serve<E: Endpoint>(
     )
     .await?;
     match delivery {
-        Delivery::Stream { include_usage } => Ok(sse_response(
+        Delivery::Stream(usage) => Ok(sse_response(
             choices,
             PromptUsage {
                 tokens: prompt_tokens,
                 choices_per_prompt,
             },
-            include_usage,
+            usage,
             state.stream_stall_timeout,
             format,
         )),

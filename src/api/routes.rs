@@ -11,18 +11,21 @@ use super::completions::create_completion;
 use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
 use super::openapi::{Serving, allowed_methods, served_document};
+use super::responses::create_response;
 use super::service_types::{Load, Readiness, VersionInfo};
 use super::tokenize::{detokenize, tokenize};
+use super::tokenizer_info::tokenizer_info as tokenizer_info_handler;
 use crate::engine::health::EngineHealth;
 use crate::scheduler::actor::GetLoad;
 
-/// Every route (`/metrics` only when it is not on a listener of its own); unknown paths get
-/// an OpenAI-style 404, known paths with the wrong method a 405.
-pub fn routes(metrics_on_this_port: bool) -> impl Fn(&mut web::ServiceConfig) {
-    move |cfg| all_routes(cfg, metrics_on_this_port)
+/// Every route (`/metrics` only when it is not on a listener of its own, `/tokenizer_info`
+/// only when enabled); unknown paths get an OpenAI-style 404, known paths with the wrong
+/// method a 405.
+pub fn routes(metrics_on_this_port: bool, tokenizer_info: bool) -> impl Fn(&mut web::ServiceConfig) {
+    move |cfg| all_routes(cfg, metrics_on_this_port, tokenizer_info)
 }
 
-fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool) {
+fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool, tokenizer_info: bool) {
     macro_rules! resource {
         ($path:expr, $method:expr, $handler:expr) => {
             web::resource($path)
@@ -33,6 +36,7 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool) {
     cfg.service(resource!("/v1/models", Method::GET, list_models))
         .service(resource!("/v1/completions", Method::POST, create_completion))
         .service(resource!("/v1/chat/completions", Method::POST, create_chat_completion))
+        .service(resource!("/v1/responses", Method::POST, create_response))
         .service(resource!("/tokenize", Method::POST, tokenize))
         .service(resource!("/detokenize", Method::POST, detokenize))
         .service(resource!("/health", Method::GET, health))
@@ -42,6 +46,9 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool) {
         .service(resource!("/openapi.json", Method::GET, openapi_json));
     if metrics_on_this_port {
         cfg.service(resource!("/metrics", Method::GET, metrics));
+    }
+    if tokenizer_info {
+        cfg.service(resource!("/tokenizer_info", Method::GET, tokenizer_info_handler));
     }
     cfg.default_service(web::to(not_found));
 }

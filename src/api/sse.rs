@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, ChoiceStream, cached_prompt_tokens};
 use super::openai_types::Usage;
+use super::pipeline::UsageChunks;
 use super::stall_watch::watch_stalls;
 
 /// The stream terminator OpenAI clients wait for.
@@ -42,10 +43,15 @@ pub fn sse_data(json: &impl Serialize) -> Bytes {
 pub trait ChunkFormat: Unpin + 'static {
     /// A chunk sent before any token of a choice (chat sends the role), if any.
     fn opening(&mut self, index: u32) -> Option<Bytes>;
-    /// One choice's new output; `None` when there is nothing to send yet (text held back).
-    fn delta(&mut self, index: u32, delta: &ChoiceDelta) -> Option<Bytes>;
+    /// One choice's new output, with its usage so far when every chunk carries one; `None`
+    /// when there is nothing to send yet (text held back).
+    fn delta(&mut self, index: u32, delta: &ChoiceDelta, usage: Option<Usage>) -> Option<Bytes>;
     /// The closing usage chunk (`stream_options.include_usage`).
     fn usage(&mut self, usage: Usage) -> Bytes;
+    /// The stream's end marker: `[DONE]` for the chat and completions APIs.
+    fn done(&mut self) -> Option<Bytes> {
+        Some(sse_done())
+    }
 }
 
 type Item = (u32, Result<ChoiceDelta, ApiError>);
@@ -69,7 +75,7 @@ pub struct PromptUsage {
 pub fn sse_response<F: ChunkFormat>(
     choices: Vec<ChoiceStream>,
     prompt: PromptUsage,
-    include_usage: bool,
+    usage_chunks: UsageChunks,
     stall_timeout: Duration,
     mut format: F,
 ) -> HttpResponse {
@@ -90,21 +96,26 @@ pub fn sse_response<F: ChunkFormat>(
                     let ends = std::iter::once((index, end.usage.cached_prompt_tokens));
                     counts.1 += cached_prompt_tokens(ends, prompt.choices_per_prompt);
                 }
-                let chunks = format.delta(index, &delta).into_iter().map(Ok).collect();
+                let usage = usage_chunks.continuous.then(|| {
+                    let (prompt_tokens, completion_tokens) = delta.tokens_so_far;
+                    Usage::new(prompt_tokens as u32, completion_tokens as u32)
+                });
+                let chunks = format.delta(index, &delta, usage).into_iter().map(Ok).collect();
                 Some((chunks, (merged, format, counts, false)))
             }
             Some((_, Err(error))) => {
                 tracing::warn!(%error, "stream ended by an engine error");
                 let chunk = sse_data(&error.body());
-                Some((vec![Ok(chunk), Ok(sse_done())], (merged, format, counts, true)))
+                let chunks = std::iter::once(chunk).chain(format.done()).map(Ok).collect();
+                Some((chunks, (merged, format, counts, true)))
             }
             None => {
                 let mut tail = Vec::new();
-                if include_usage {
+                if usage_chunks.closing {
                     let usage = Usage::new(prompt.tokens as u32, counts.0 as u32).with_cached(counts.1 as u32);
                     tail.push(Ok(format.usage(usage)));
                 }
-                tail.push(Ok(sse_done()));
+                tail.extend(format.done().map(Ok));
                 Some((tail, (merged, format, counts, true)))
             }
         }

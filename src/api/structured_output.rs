@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::errors::ApiError;
 use super::openai_types::{ResponseFormatParam, StructuredOutputsParam};
+use super::strict_schema::close_objects_in_text;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::structured_output::StructuredOutput;
 use crate::grammar::{GrammarCompiler, GrammarError};
@@ -32,28 +33,31 @@ impl ConstraintFields<'_> {
     /// compile error). Two constraints at once are a 400 naming the second.
     pub fn resolve(&self) -> Result<Option<(StructuredOutput, &'static str)>, ApiError> {
         let mut found: Vec<(StructuredOutput, &'static str)> = Vec::new();
+        let strict = StructuredOutputsParam::strict_schemas(self.structured_outputs);
+        let schema =
+            |text: String| StructuredOutput::JsonSchema(if strict { close_objects_in_text(text) } else { text });
         match self.response_format {
             None | Some(ResponseFormatParam::Text) => {}
             Some(ResponseFormatParam::JsonObject) => found.push((StructuredOutput::JsonObject, "response_format")),
             Some(ResponseFormatParam::JsonSchema { json_schema }) => {
                 let param = "response_format.json_schema.schema";
-                let schema = json_schema
+                let schema_value = json_schema
                     .schema
                     .as_ref()
                     .ok_or_else(|| ApiError::invalid(param, "`response_format.json_schema.schema` is required"))?;
-                if !schema.is_object() {
+                if !schema_value.is_object() {
                     return Err(ApiError::invalid(
                         param,
                         format!("`{param}` must be a JSON Schema object"),
                     ));
                 }
-                found.push((StructuredOutput::JsonSchema(schema.to_string()), param));
+                found.push((schema(schema_value.to_string()), param));
             }
         }
         if let Some(s) = self.structured_outputs {
             if let Some(json) = &s.json {
                 let param = "structured_outputs.json";
-                found.push((StructuredOutput::JsonSchema(schema_text(param, json)?), param));
+                found.push((schema(schema_text(param, json)?), param));
             }
             if let Some(regex) = &s.regex {
                 found.push((StructuredOutput::Regex(regex.clone()), "structured_outputs.regex"));
@@ -72,10 +76,7 @@ impl ConstraintFields<'_> {
             }
         }
         if let Some(json) = self.guided_json {
-            found.push((
-                StructuredOutput::JsonSchema(schema_text("guided_json", json)?),
-                "guided_json",
-            ));
+            found.push((schema(schema_text("guided_json", json)?), "guided_json"));
         }
         if let Some(regex) = self.guided_regex {
             found.push((StructuredOutput::Regex(regex.to_owned()), "guided_regex"));

@@ -196,6 +196,7 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         return_prompt_logprobs: inputs.prompt_logprobs.is_some(),
         // Completions only: set by `CompletionRequest::sampling_params`.
         echo: false,
+        echo_only: false,
     })
 }
 
@@ -262,13 +263,16 @@ impl CompletionRequest {
     pub fn sampling_params(&self) -> Result<SamplingParams, ApiError> {
         check_prompt(&self.prompt)?;
         check_stream_options(self.stream, self.stream_options.is_some())?;
+        // `echo` with `max_tokens: 0` is the prompt alone (vLLM): one step, not sent.
+        let echo_only = self.echo == Some(true) && self.max_tokens == Some(0);
+        let max_tokens = if echo_only { Some(1) } else { self.max_tokens };
         let mut params = validate_sampling(&SamplingInputs {
             temperature: self.temperature,
             top_p: self.top_p,
             top_k: self.top_k,
             min_p: self.min_p,
             n: self.n,
-            max_tokens: self.max_tokens.unwrap_or(SamplingParams::default().max_tokens),
+            max_tokens: max_tokens.unwrap_or(SamplingParams::default().max_tokens),
             max_tokens_param: "max_tokens",
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
@@ -283,6 +287,7 @@ impl CompletionRequest {
             logprobs: self.logprobs,
             logprobs_param: "logprobs",
         })?;
+        params.echo_only = echo_only;
         // `echo` with `logprobs` answers with the prompt tokens' logprobs too (as vLLM does).
         params.echo = self.echo == Some(true);
         if let Some(k) = params.logprobs.filter(|_| params.echo) {

@@ -142,6 +142,9 @@ pub struct ServeArgs {
     /// Add a `metrics` object (queue, TTFT, decode, ITL, tokens/s) to every response.
     #[arg(long, env = "KILN_ENABLE_PER_REQUEST_METRICS")]
     pub enable_per_request_metrics: bool,
+    /// Serve GET /tokenizer_info (the tokenizer's configuration, as vLLM's flag of this name).
+    #[arg(long, env = "KILN_ENABLE_TOKENIZER_INFO_ENDPOINT")]
+    pub enable_tokenizer_info_endpoint: bool,
     /// Push metrics over OTLP to this URL (http/protobuf: include /v1/metrics).
     #[arg(long, env = "KILN_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -290,6 +293,7 @@ impl ServeArgs {
         if self.enable_per_request_metrics {
             c.server.enable_per_request_metrics = true;
         }
+        c.server.enable_tokenizer_info_endpoint |= self.enable_tokenizer_info_endpoint;
         c.telemetry.kv_cache_metrics |= self.kv_cache_metrics;
         set(&mut c.telemetry.kv_cache_metrics_sample, &self.kv_cache_metrics_sample);
         c.telemetry.enable_mfu_metrics |= self.enable_mfu_metrics;

@@ -42,6 +42,8 @@ pub struct ServerConfig {
     pub max_request_body_bytes: usize,
     /// Add a `metrics` object (queue, TTFT, decode, ITL, tokens/s) to every response.
     pub enable_per_request_metrics: bool,
+    /// Serve `GET /tokenizer_info` (vLLM's `--enable-tokenizer-info-endpoint`).
+    pub enable_tokenizer_info_endpoint: bool,
     /// Seconds running requests get to finish after SIGTERM/SIGINT; the rest are aborted.
     pub shutdown_grace_period_s: f64,
     /// Seconds a client may take to send a request's head; then 408 and the connection closes.
@@ -172,6 +174,7 @@ impl Default for ServerConfig {
             served_model_name: String::new(),
             max_request_body_bytes: 1 << 20,
             enable_per_request_metrics: false,
+            enable_tokenizer_info_endpoint: false,
             shutdown_grace_period_s: 30.0,
             request_head_timeout_s: 5.0,
             request_body_timeout_s: 30.0,

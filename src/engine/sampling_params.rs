@@ -54,6 +54,9 @@ pub struct SamplingParams {
     pub return_prompt_logprobs: bool,
     /// The API prepends the prompt to the choice's text (OpenAI's completions `echo`).
     pub echo: bool,
+    /// `echo` with `max_tokens: 0`: the API answers with the prompt alone. The engine runs
+    /// one step (`max_tokens` 1) for the prompt's logprobs; its token is not sent, as vLLM.
+    pub echo_only: bool,
     /// The grammar the output must follow; `None` samples freely (and pays nothing for it).
     pub structured: Option<StructuredOutput>,
     /// `structured` compiled (by the API layer, off the hot path, before the request is
@@ -86,6 +89,7 @@ impl Default for SamplingParams {
             prompt_logprobs: None,
             return_prompt_logprobs: false,
             echo: false,
+            echo_only: false,
         }
     }
 }

@@ -225,6 +225,7 @@ pub async fn start_on<E: Executor>(
     let keys = access.keys.clone();
     let cors = access.cors.clone();
     let metrics_here = config.telemetry.metrics_listen.is_empty();
+    let tokenizer_info = config.server.enable_tokenizer_info_endpoint;
     // Draining outlasts the grace period by the time the aborted requests' errors need.
     let shutdown_timeout = (Duration::from_secs_f64(config.server.shutdown_grace_period_s) + ABORT_FLUSH).as_secs();
     let server = HttpServer::new(move || {
@@ -236,7 +237,7 @@ pub async fn start_on<E: Executor>(
             .app_data(web::PayloadConfig::new(body_limit))
             .app_data(body_timeout.clone())
             .app_data(keys.clone())
-            .configure(api::routes(metrics_here))
+            .configure(api::routes(metrics_here, tokenizer_info))
             .wrap(actix_web::middleware::from_fn(
                 crate::api::load_header::endpoint_load_metrics,
             ))

@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::PreparedEngine;
 use crate::api::ServedModel;
+use crate::api::tokenizer_info::{TokenizerConfigSource, tokenizer_config};
 use crate::api::tool_calls::ToolParserKind;
 use crate::config::Config;
 use crate::executor::Executor;
@@ -176,6 +177,14 @@ pub fn prepare_engine<E: Executor>(
         .telemetry
         .enable_mfu_metrics
         .then(|| step_cost_model(config, &files));
+    let tokenizer_config = tokenizer_config(&TokenizerConfigSource {
+        tokenizer: &files.tokenizer,
+        bos: special.bos,
+        eos: special.eos,
+        add_bos: special.add_bos,
+        chat_template: &template_source,
+        max_model_len,
+    });
     let tokenizer = Arc::new(files.tokenizer);
     let grammars = grammar_compiler(config, &tokenizer, files.config.vocab_size, &special.end_of_generation);
     Ok(PreparedEngine {
@@ -192,6 +201,7 @@ pub fn prepare_engine<E: Executor>(
                 .enable_auto_tool_choice
                 .then(|| ToolParserKind::from_name(&config.model.tool_call_parser))
                 .flatten(),
+            tokenizer_config: Arc::new(tokenizer_config),
         },
         executor,
         scheduler: SchedulerConfig {

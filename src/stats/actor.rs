@@ -306,6 +306,7 @@ impl Instruments {
         e.request_prompt_tokens.record(f.prompt_tokens, m);
         e.request_generation_tokens.record(f.generation_tokens, m);
         e.request_params_max_tokens.record(f.max_tokens, m);
+        e.request_max_num_generation_tokens.record(f.max_tokens, m);
         e.request_params_n.record(f.n, m);
 
         // GenAI: duration for all; error.type when the request failed ("_OTHER" is the
@@ -436,6 +437,12 @@ mod tests {
         assert_eq!(v("vllm:generation_tokens_total", &[]), Some(12.0));
         assert_eq!(v("vllm:request_prompt_tokens_sum", &[]), Some(30.0));
         assert_eq!(v("vllm:prompt_tokens_total", &[]), Some(30.0));
+        assert_eq!(
+            v("vllm:request_max_num_generation_tokens_sum", &[]),
+            v("vllm:request_params_max_tokens_sum", &[]),
+            "vLLM exports both from each request's max_tokens"
+        );
+        assert_eq!(v("vllm:request_max_num_generation_tokens_count", &[]), Some(3.0));
         // The failed request never reached its first token: no interval after queueing.
         assert_eq!(v("vllm:request_queue_time_seconds_count", &[]), Some(3.0));
         assert_eq!(v("vllm:request_decode_time_seconds_count", &[]), Some(2.0));

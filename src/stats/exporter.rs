@@ -383,6 +383,7 @@ mod tests {
         "request_prompt_tokens",
         "request_generation_tokens",
         "request_params_max_tokens",
+        "request_max_num_generation_tokens",
         "request_params_n",
         "iteration_tokens_total",
     ];

@@ -103,6 +103,7 @@ pub mod engine {
     pub const REQUEST_PROMPT_TOKENS: HistogramSpec = hist("request_prompt_tokens", "{token}", "Prompt length of finished requests.", B::TokenCounts);
     pub const REQUEST_GENERATION_TOKENS: HistogramSpec = hist("request_generation_tokens", "{token}", "Generated tokens of finished requests.", B::TokenCounts);
     pub const REQUEST_PARAMS_MAX_TOKENS: HistogramSpec = hist("request_params_max_tokens", "{token}", "The max_tokens parameter of finished requests.", B::TokenCounts);
+    pub const REQUEST_MAX_NUM_GENERATION_TOKENS: HistogramSpec = hist("request_max_num_generation_tokens", "{token}", "The most tokens a finished request could generate (its max_tokens), as vLLM exports it.", B::TokenCounts);
     pub const REQUEST_PARAMS_N: HistogramSpec = hist("request_params_n", "{sequence}", "The n parameter of finished requests.", B::ParamsN);
     pub const ITERATION_TOKENS: HistogramSpec = hist("iteration_tokens_total", "{token}", "Tokens run through the model per engine step (prefill + decode).", B::IterationTokens);
 }
@@ -324,6 +325,7 @@ pub(super) struct EngineInstruments {
     pub request_prompt_tokens: Histogram<u64>,
     pub request_generation_tokens: Histogram<u64>,
     pub request_params_max_tokens: Histogram<u64>,
+    pub request_max_num_generation_tokens: Histogram<u64>,
     pub request_params_n: Histogram<u64>,
     pub iteration_tokens: Histogram<u64>,
 }
@@ -487,6 +489,7 @@ impl Instruments {
             request_prompt_tokens: hist_u64(e::REQUEST_PROMPT_TOKENS, p),
             request_generation_tokens: hist_u64(e::REQUEST_GENERATION_TOKENS, p),
             request_params_max_tokens: hist_u64(e::REQUEST_PARAMS_MAX_TOKENS, p),
+            request_max_num_generation_tokens: hist_u64(e::REQUEST_MAX_NUM_GENERATION_TOKENS, p),
             request_params_n: hist_u64(e::REQUEST_PARAMS_N, p),
             iteration_tokens: hist_u64(e::ITERATION_TOKENS, p),
         };

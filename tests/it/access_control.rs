@@ -28,6 +28,11 @@ fn guarded() -> Vec<(Method, &'static str, Option<Value>)> {
             "/v1/chat/completions",
             Some(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})),
         ),
+        (
+            Method::POST,
+            "/v1/responses",
+            Some(json!({"input": "hi", "max_output_tokens": 2})),
+        ),
         (Method::GET, "/openapi.json", None),
         (Method::GET, "/no/such/route", None),
     ]

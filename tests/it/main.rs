@@ -5,6 +5,7 @@
 
 mod access_control;
 mod access_logs;
+mod agent_frameworks;
 mod alert_rules;
 mod api_tiny;
 mod arch_parity;
@@ -14,6 +15,7 @@ mod common;
 mod deploy_manifests;
 mod disconnects;
 mod draining;
+mod eval_harness_shapes;
 mod exemplars;
 mod faults;
 mod gateway_metrics;
@@ -31,10 +33,12 @@ mod process_lifecycle;
 mod prompt_bos;
 mod quant_types;
 mod reference_parity;
+mod responses_api;
 mod sampling_params;
 mod scheduler_pressure;
 mod schemathesis;
 mod slow_clients;
+mod strict_schemas;
 mod structured_outputs;
 mod telemetry;
 mod telemetry_external;

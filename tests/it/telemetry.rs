@@ -62,6 +62,7 @@ const ENGINE: &[(&str, &str)] = &[
     ("request_prompt_tokens", "histogram"),
     ("request_generation_tokens", "histogram"),
     ("request_params_max_tokens", "histogram"),
+    ("request_max_num_generation_tokens", "histogram"),
     ("request_params_n", "histogram"),
     ("iteration_tokens_total", "histogram"),
 ];

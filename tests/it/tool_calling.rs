@@ -8,7 +8,7 @@ use kiln::testing::TinyModelSpec;
 
 use crate::common::{Tiny, metric_value, scrape_until, start_tiny_spec};
 
-const TOOLS_TEMPLATE: &str = concat!(
+pub(crate) const TOOLS_TEMPLATE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/chat_templates/hermes_tools.jinja"
 );
@@ -217,21 +217,19 @@ fn assembled_call(events: &[String]) -> ((String, String, String), String) {
         if let Some(reason) = choice["finish_reason"].as_str() {
             finish = reason.to_owned();
         }
-        for call in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+        let calls = choice["delta"]["tool_calls"].as_array().cloned().unwrap_or_default();
+        assert!(calls.len() <= 1, "one entry per index per delta: {chunk}");
+        for call in calls {
             assert_eq!(call["index"], 0);
             if let Some(i) = call["id"].as_str() {
                 assert!(id.is_none(), "one opening delta");
                 assert_eq!(call["type"], "function");
-                assert_eq!(
-                    call["function"]["arguments"], "",
-                    "the opening delta has empty arguments"
-                );
                 id = Some(i.to_owned());
                 name = call["function"]["name"].as_str().map(str::to_owned);
             } else {
                 assert!(id.is_some(), "arguments after the opening");
-                arguments.push_str(call["function"]["arguments"].as_str().expect("arguments"));
             }
+            arguments.push_str(call["function"]["arguments"].as_str().expect("arguments"));
         }
     }
     ((id.expect("id"), name.expect("name"), arguments), finish)

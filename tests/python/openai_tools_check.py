@@ -31,6 +31,8 @@ TOOLS = [
                 "required": ["city", "unit"],
                 "additionalProperties": False,
             },
+            # The SDK's stream helper parses a strict tool's arguments as they come.
+            "strict": True,
         },
     },
     {
@@ -39,6 +41,7 @@ TOOLS = [
             "name": "get_time",
             "description": "The current time",
             "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+            "strict": True,
         },
     },
 ]
@@ -49,29 +52,45 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 def create(**kwargs):
     kwargs.setdefault("max_tokens", 64)
+    kwargs.setdefault("seed", 7)
     return client.chat.completions.create(model=model, temperature=0, **kwargs)
 
 
+def complete_json(text):
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def streamed(**kwargs):
-    """(content, {index: [id, name, arguments]}, finish_reason) of a streamed answer."""
-    content, calls, finish = "", {}, None
-    for chunk in create(stream=True, **kwargs):
-        if not chunk.choices:
-            continue
-        choice = chunk.choices[0]
-        delta = choice.delta
-        content += delta.content or ""
-        for call in delta.tool_calls or []:
-            if call.id is not None:
-                assert call.index not in calls, "one opening delta per call"
-                assert call.type == "function", call
-                assert call.function.arguments == "", call
-                calls[call.index] = [call.id, call.function.name, ""]
-            else:
-                assert call.index in calls, "arguments after the opening delta"
-                calls[call.index][2] += call.function.arguments or ""
-        finish = choice.finish_reason or finish
-    return content, calls, finish
+    """(content, {index: [id, name, arguments]}, finish_reason) of a streamed answer, as the
+    SDK's own accumulator (`chat.completions.stream`) assembles it. Each raw chunk must hold
+    one entry per call index, as OpenAI sends them: the accumulator stores a delta's list as
+    it is, so a second entry for one index becomes a phantom call."""
+    kwargs.setdefault("max_tokens", 64)
+    kwargs.setdefault("seed", 7)
+    with client.chat.completions.stream(model=model, temperature=0, **kwargs) as stream:
+        try:
+            for event in stream:
+                if event.type != "chunk" or not event.chunk.choices:
+                    continue
+                indexes = [c.index for c in event.chunk.choices[0].delta.tool_calls or []]
+                assert len(indexes) == len(set(indexes)), ("one entry per index per delta", event.chunk)
+            final = stream.get_final_completion()
+        except openai.LengthFinishReasonError as cut:
+            # The helper refuses to parse a cut answer; its snapshot is what it assembled.
+            final = cut.completion
+    choice = final.choices[0]
+    calls = {}
+    for i, call in enumerate(choice.message.tool_calls or []):
+        assert call.type == "function" and call.id, call
+        if call.function.parsed_arguments is not None and complete_json(call.function.arguments):
+            # Strict tools: the SDK parsed the arguments as they streamed.
+            assert call.function.parsed_arguments == json.loads(call.function.arguments), call
+        calls[i] = [call.id, call.function.name, call.function.arguments]
+    return choice.message.content or "", calls, choice.finish_reason
 
 
 # A named function: one call of it, arguments valid for its schema; finish_reason stays
@@ -119,6 +138,22 @@ assert finish == "tool_calls", finish
 assert [(v[1], json.loads(v[2])) for _, v in sorted(calls.items())] == [
     (c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls
 ], calls
+
+# Parallel calls allowed: a small model repeats its call until max_tokens cuts the array.
+# The complete calls come back, streamed and not; the stream has also sent what came of the
+# cut one (its arguments are not whole JSON), as OpenAI streams arguments as they come.
+parallel = create(messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=80)
+choice = parallel.choices[0]
+assert choice.message.tool_calls, choice
+whole = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
+assert all(name in NAMES for name, _ in whole), whole
+assert choice.finish_reason in ("length", "tool_calls"), choice.finish_reason
+content, calls, finish = streamed(messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=80)
+assert finish == choice.finish_reason, (finish, choice.finish_reason)
+assembled = [(v[1], v[2]) for _, v in sorted(calls.items())]
+if assembled and not complete_json(assembled[-1][1]):
+    assembled.pop()
+assert [(name, json.loads(arguments)) for name, arguments in assembled] == whole, (assembled, whole)
 
 # Auto: the model decides; whichever it does, the answer is well formed.
 auto = create(messages=QUESTION, tools=TOOLS, tool_choice="auto")

@@ -74,7 +74,7 @@ pub struct CompletionLogprobs {
     /// `null` for the first token of an echoed prompt (it has no logprob).
     pub token_logprobs: Vec<Option<f32>>,
     pub top_logprobs: Vec<Option<TopLogprobMap>>,
-    /// Byte offset of each token in the choice's text.
+    /// Character offset of each token in the choice's text.
     pub text_offset: Vec<u32>,
 }
 

@@ -84,6 +84,9 @@ pub struct StreamOptions {
     /// Send a final chunk with `usage` and empty `choices`.
     #[serde(default)]
     pub include_usage: Option<bool>,
+    /// vLLM's: with `include_usage`, every chunk also carries its choice's `usage` so far.
+    #[serde(default)]
+    pub continuous_usage_stats: Option<bool>,
 }
 
 /// Body of `POST /v1/completions`.

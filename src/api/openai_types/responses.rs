@@ -102,8 +102,9 @@ impl CompletionResponse {
     }
 }
 
-/// One streamed completions event; `usage` appears only on the final usage
-/// chunk (with empty `choices`) when `stream_options.include_usage` is set.
+/// One streamed completions event; `usage` appears on the final usage chunk (with empty
+/// `choices`) when `stream_options.include_usage` is set, and on every chunk with vLLM's
+/// `continuous_usage_stats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionChunk {
     pub id: String,

@@ -70,4 +70,16 @@ pub struct StructuredOutputsParam {
     /// Any JSON object.
     #[serde(default)]
     pub json_object: Option<bool>,
+    /// Object schemas that do not set `additionalProperties` get `false` (absent: `true`, as
+    /// vLLM's default backend compiles them); `false` keeps the schemas as sent. Applies to
+    /// `response_format`, the `json` schemas and tool parameters alike.
+    #[serde(default)]
+    pub disable_additional_properties: Option<bool>,
+}
+
+impl StructuredOutputsParam {
+    /// Whether schemas are made strict (see `api::strict_schema`).
+    pub fn strict_schemas(param: Option<&Self>) -> bool {
+        param.and_then(|p| p.disable_additional_properties).unwrap_or(true)
+    }
 }

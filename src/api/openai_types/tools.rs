@@ -92,8 +92,8 @@ pub struct FunctionCall {
     pub arguments: String,
 }
 
-/// A piece of a streamed tool call: the first carries `id`, `type` and `function.name`
-/// (with empty `arguments`), later ones only `index` and more `function.arguments`.
+/// A piece of a streamed tool call: the first carries `id`, `type`, `function.name` and the
+/// first `arguments` text (maybe empty), later ones only `index` and more `function.arguments`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DeltaToolCall {
     /// The call's position among the choice's calls.

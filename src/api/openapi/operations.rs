@@ -11,6 +11,7 @@ use crate::api::openai_types::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, DetokenizeRequest,
     DetokenizeResponse, ModelList, TokenizeRequest, TokenizeResponse,
 };
+use crate::api::responses::ResponsesRequest;
 use crate::api::service_types::{Load, Readiness, VersionInfo};
 
 /// One server-sent event of a streamed response, as OpenAPI 3.1 describes a stream: one schema
@@ -131,6 +132,48 @@ pub fn create_chat_completion() {}
 
 #[utoipa::path(
     post,
+    path = "/v1/responses",
+    tag = "openai",
+    request_body(
+        content = ResponsesRequest,
+        content_type = "application/json",
+        examples(
+            ("text" = (summary = "Instructions and a string input", value = json!({
+                "instructions": "Answer in one word.", "input": "The capital of France?",
+                "max_output_tokens": 8, "temperature": 0
+            }))),
+            ("tool" = (summary = "A forced function call, streamed", value = json!({
+                "input": "Weather in Paris?", "stream": true,
+                "tools": [{"type": "function", "name": "get_weather", "parameters": {
+                    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
+                "tool_choice": {"type": "function", "name": "get_weather"}
+            })))
+        )
+    ),
+    responses(
+        (status = 200, description = "The response object (stateless: `store` is false); with \
+            `stream: true`, the Responses API's server-sent events from `response.created` to \
+            `response.completed` (its response's `status` `incomplete` when cut)",
+            content(
+                (Object = "application/json"),
+                (ServerSentEvent = "text/event-stream")
+            )),
+        (status = 400, description = "A parameter is invalid (`param` names it), or \
+            `previous_response_id` was sent (no responses are kept)", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 404, description = "`model` is not the served model", body = ErrorBody),
+        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
+            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
+        (status = 500, description = "The engine or the chat template failed", body = ErrorBody),
+        (status = 503, description = "The model is loading or the engine is not running", body = ErrorBody)
+    )
+)]
+pub fn create_response() {}
+
+#[utoipa::path(
+    post,
     path = "/tokenize",
     tag = "vllm",
     request_body(
@@ -212,6 +255,20 @@ pub fn health() {}
     )
 )]
 pub fn ready() {}
+
+#[utoipa::path(
+    get,
+    path = "/tokenizer_info",
+    tag = "vllm",
+    responses(
+        (status = 200, description = "The tokenizer's configuration as `tokenizer_config.json` spells \
+            it, with `tokenizer_class` (routed only with `--enable-tokenizer-info-endpoint`)",
+            body = Object),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
+    )
+)]
+pub fn tokenizer_info() {}
 
 #[utoipa::path(
     get,

@@ -226,6 +226,7 @@ fn tiny_model() -> ServedModel {
         created: 0,
         grammars: None,
         tool_parser: None,
+        tokenizer_config: Arc::new(serde_json::json!({})),
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod call_head;
 mod hermes;
+mod json_scan;
 mod output;
 mod schema;
 mod streaming;
@@ -14,7 +15,7 @@ pub use streaming::{StreamPiece, ToolStream};
 pub use template_inputs::{template_messages, template_tools, tools_bytes};
 
 use super::errors::ApiError;
-use super::openai_types::{ChatCompletionRequest, ToolChoice, ToolChoiceMode};
+use super::openai_types::{ChatCompletionRequest, StructuredOutputsParam, ToolChoice, ToolChoiceMode};
 use crate::engine::structured_output::StructuredOutput;
 
 /// The formats `--tool-call-parser` knows (vLLM's names).
@@ -120,10 +121,11 @@ impl ToolChoicePlan {
     /// The output constraint of `required` and named choices; `None` otherwise.
     pub fn constraint(&self, request: &ChatCompletionRequest) -> Result<Option<StructuredOutput>, ApiError> {
         let tools = request.tools.as_deref().unwrap_or_default();
+        let strict = StructuredOutputsParam::strict_schemas(request.structured_outputs.as_ref());
         let schema = match self {
             ToolChoicePlan::None | ToolChoicePlan::Auto => return Ok(None),
-            ToolChoicePlan::Required { parallel } => schema::required_calls(tools, *parallel)?,
-            ToolChoicePlan::Named(name) => schema::named_call(tools, name),
+            ToolChoicePlan::Required { parallel } => schema::required_calls(tools, *parallel, strict)?,
+            ToolChoicePlan::Named(name) => schema::named_call(tools, name, strict),
         };
         Ok(Some(StructuredOutput::Tool(schema.to_string())))
     }

@@ -2,6 +2,7 @@
 
 use serde::Deserialize;
 
+use super::json_scan::json_object_end;
 use super::{ToolOutput, ToolParserKind, hermes, new_tool_call_id};
 use crate::api::openai_types::{ChatResponseMessage, ToolCall};
 
@@ -31,8 +32,9 @@ impl RequiredCall {
     }
 }
 
-/// Reads `text` as `output` says. Output that does not hold the expected calls (cut short
-/// by `max_tokens`, malformed) stays plain content rather than failing the request.
+/// Reads `text` as `output` says. Output that does not hold the expected calls (malformed,
+/// or cut short before its first call closed) stays plain content rather than failing the
+/// request; a `required` array cut short after some calls keeps the complete ones.
 pub fn shape_output(output: &ToolOutput, text: String) -> ShapedOutput {
     let plain = |text: String| ShapedOutput {
         message: ChatResponseMessage::assistant(text),
@@ -54,8 +56,8 @@ pub fn shape_output(output: &ToolOutput, text: String) -> ShapedOutput {
                 tool_calls_finish: true,
             }
         }
-        ToolOutput::Required => match serde_json::from_str::<Vec<RequiredCall>>(text.trim()) {
-            Ok(calls) if !calls.is_empty() => {
+        ToolOutput::Required => match complete_required_calls(&text) {
+            calls if !calls.is_empty() => {
                 let calls = calls
                     .iter()
                     .map(|c| ToolCall::function(new_tool_call_id(), c.name.clone(), c.arguments()))
@@ -74,5 +76,33 @@ pub fn shape_output(output: &ToolOutput, text: String) -> ShapedOutput {
             ),
             tool_calls_finish: false,
         },
+    }
+}
+
+/// The complete calls at the front of a `required` array (`[{..}, {..}, {..`): all of them
+/// when the array closed, those before the cut when `max_tokens` ended it, none when the
+/// text is not such an array.
+fn complete_required_calls(text: &str) -> Vec<RequiredCall> {
+    let Some(mut rest) = text.trim_start().strip_prefix('[') else {
+        return Vec::new();
+    };
+    let mut calls = Vec::new();
+    loop {
+        rest = rest.trim_start();
+        if !calls.is_empty() {
+            // `]`, the cut or anything else ends the calls.
+            let Some(after) = rest.strip_prefix(',') else {
+                return calls;
+            };
+            rest = after.trim_start();
+        }
+        let Some(end) = json_object_end(rest).filter(|_| rest.starts_with('{')) else {
+            return calls;
+        };
+        match serde_json::from_str::<RequiredCall>(&rest[..end]) {
+            Ok(call) => calls.push(call),
+            Err(_) => return Vec::new(),
+        }
+        rest = &rest[end..];
     }
 }

@@ -1,11 +1,14 @@
 //! A streamed choice's text read into OpenAI deltas as it arrives: content passes through
-//! until a call begins; each call then goes out as an opening delta (index, id, type, name,
-//! `arguments: ""`) and its arguments. Text that may still turn into a call is held back.
+//! until a call begins; each call then goes out as an opening entry (index, id, type, name
+//! and the first arguments text) and more arguments. A delta holds one entry per call index,
+//! as OpenAI and vLLM send them (the openai SDK's accumulator relies on it). Text that may
+//! still turn into a call is held back.
 //! Named choices stream their arguments as they come; so do Hermes and `required` calls
 //! once their head (`{"name": ..., "arguments": {`) has come, and a call shaped otherwise
 //! goes out whole once its JSON closes.
 
 use super::call_head::{Head, call_head};
+use super::json_scan::json_object_end;
 use super::output::RequiredCall;
 use super::{ToolOutput, ToolParserKind, hermes, new_tool_call_id};
 use crate::api::openai_types::DeltaToolCall;
@@ -15,6 +18,34 @@ use crate::api::openai_types::DeltaToolCall;
 pub struct StreamPiece {
     pub content: String,
     pub calls: Vec<DeltaToolCall>,
+}
+
+impl StreamPiece {
+    /// `later` added after this piece, still one entry per call index.
+    pub fn append(&mut self, later: StreamPiece) {
+        self.content.push_str(&later.content);
+        self.calls.extend(later.calls);
+        self.calls = one_entry_per_index(std::mem::take(&mut self.calls));
+    }
+}
+
+/// Joins the entries of each call index into one: the first entry's id, type and name, and
+/// all their arguments text in order.
+fn one_entry_per_index(calls: Vec<DeltaToolCall>) -> Vec<DeltaToolCall> {
+    let mut joined: Vec<DeltaToolCall> = Vec::with_capacity(calls.len());
+    for call in calls {
+        let Some(same) = joined.iter_mut().find(|c| c.index == call.index) else {
+            joined.push(call);
+            continue;
+        };
+        same.id = same.id.take().or(call.id);
+        same.kind = same.kind.take().or(call.kind);
+        same.function.name = same.function.name.take().or(call.function.name);
+        if let Some(more) = call.function.arguments {
+            same.function.arguments.get_or_insert_default().push_str(&more);
+        }
+    }
+    joined
 }
 
 /// Where a Hermes stream stands.
@@ -102,6 +133,7 @@ impl ToolStream {
                 self.drain_required(&mut piece);
             }
         }
+        piece.calls = one_entry_per_index(piece.calls);
         piece
     }
 
@@ -137,6 +169,7 @@ impl ToolStream {
                 }
             }
         }
+        piece.calls = one_entry_per_index(piece.calls);
         piece
     }
 
@@ -295,32 +328,4 @@ fn partial_suffix(text: &str, marker: &str) -> usize {
         .rev()
         .find(|&k| text.ends_with(&marker[..k]))
         .unwrap_or(0)
-}
-
-/// Where the JSON object that `text` starts with ends (one past its `}`), once it has.
-fn json_object_end(text: &str) -> Option<usize> {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, b) in text.bytes().enumerate() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
 }

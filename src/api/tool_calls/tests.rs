@@ -108,10 +108,20 @@ fn required_and_named_choices_constrain_to_the_tools_schemas() {
     let req = request(json!({}));
     assert_eq!(ToolChoicePlan::Auto.constraint(&req).unwrap(), None);
     assert_eq!(ToolChoicePlan::None.constraint(&req).unwrap(), None);
+    // Strict by default, as vLLM: objects that do not say get `additionalProperties: false`.
+    let mut weather = serde_json::from_str::<Value>(WEATHER).unwrap();
+    weather["additionalProperties"] = json!(false);
     let named = schema_of(&ToolChoicePlan::Named("get_weather".into()), &req);
-    assert_eq!(named, serde_json::from_str::<Value>(WEATHER).unwrap());
+    assert_eq!(named, weather);
     let no_params = schema_of(&ToolChoicePlan::Named("get_time".into()), &req);
-    assert_eq!(no_params, json!({"type": "object", "properties": {}}));
+    assert_eq!(
+        no_params,
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    );
+    // vLLM's option, sent false, keeps the schemas as sent.
+    let open = request(json!({"structured_outputs": {"disable_additional_properties": false}}));
+    let named = schema_of(&ToolChoicePlan::Named("get_weather".into()), &open);
+    assert_eq!(named, serde_json::from_str::<Value>(WEATHER).unwrap());
     let required = schema_of(&ToolChoicePlan::Required { parallel: true }, &req);
     assert_eq!(required["type"], "array");
     assert_eq!(required["minItems"], 1);
@@ -199,6 +209,19 @@ fn whole_outputs_are_shaped_as_openai_messages() {
     let cut = shape_output(&ToolOutput::Required, r#"[{"name": "get_we"#.into());
     assert!(!cut.tool_calls_finish);
     assert_eq!(cut.message.content.as_deref(), Some(r#"[{"name": "get_we"#));
+    // Parallel calls cut by max_tokens: the complete ones are kept, the cut one dropped.
+    let cut = shape_output(
+        &ToolOutput::Required,
+        r#"[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "Rome"}}, {"name": "get_weather", "parameters": {"ci"#.into(),
+    );
+    let calls: Vec<_> = cut
+        .message
+        .tool_calls
+        .iter()
+        .map(|c| c.function.arguments.as_str())
+        .collect();
+    assert_eq!(calls, ["{}", r#"{"city":"Rome"}"#]);
+    assert_eq!(cut.message.content, None);
 
     let named = shape_output(&ToolOutput::Named("get_weather".into()), r#"{"city": "Lima"}"#.into());
     assert!(!named.tool_calls_finish, "a named choice finishes as stop");
@@ -211,14 +234,21 @@ fn stream_all(output: ToolOutput, text: &str, step: usize) -> (String, Vec<Delta
     let mut stream = ToolStream::new(output);
     let (mut content, mut calls) = (String::new(), Vec::new());
     let chars: Vec<char> = text.chars().collect();
-    for chunk in chars.chunks(step) {
-        let piece = stream.push(&chunk.iter().collect::<String>());
+    let mut take = |piece: StreamPiece| {
+        let mut indexes: Vec<u32> = piece.calls.iter().map(|c| c.index).collect();
+        indexes.dedup();
+        assert_eq!(
+            indexes.len(),
+            piece.calls.len(),
+            "one entry per index per delta: {piece:?}"
+        );
         content.push_str(&piece.content);
         calls.extend(piece.calls);
+    };
+    for chunk in chars.chunks(step) {
+        take(stream.push(&chunk.iter().collect::<String>()));
     }
-    let piece = stream.finish();
-    content.push_str(&piece.content);
-    calls.extend(piece.calls);
+    take(stream.finish());
     (content, calls, stream.tool_calls_finish())
 }
 
@@ -228,17 +258,15 @@ fn assemble(deltas: &[DeltaToolCall]) -> Vec<(u32, String, String, String)> {
     for d in deltas {
         if let Some(id) = &d.id {
             assert_eq!(d.kind.as_deref(), Some("function"));
-            assert_eq!(
-                d.function.arguments.as_deref(),
-                Some(""),
-                "an opening delta has empty arguments"
-            );
             assert_eq!(d.index as usize, calls.len(), "calls are numbered in order");
             calls.push((
                 d.index,
                 id.clone(),
                 d.function.name.clone().expect("name"),
-                String::new(),
+                d.function
+                    .arguments
+                    .clone()
+                    .expect("the opening entry has arguments, maybe empty"),
             ));
         } else {
             assert_eq!(d.function.name, None);
@@ -341,6 +369,13 @@ fn named_streams_arguments_as_they_come() {
         ("get_weather", r#"{"city": "Oslo"}"#)
     );
     assert!(deltas.len() > 2, "arguments arrive in several deltas");
+    // The first text goes out with the opening, in one entry (the issue's reproduction).
+    let mut stream = ToolStream::new(ToolOutput::Named("w".into()));
+    let piece = stream.push("{\"");
+    assert_eq!(piece.calls.len(), 1, "{piece:?}");
+    assert!(piece.calls[0].id.is_some());
+    assert_eq!(piece.calls[0].function.name.as_deref(), Some("w"));
+    assert_eq!(piece.calls[0].function.arguments.as_deref(), Some("{\""));
 }
 
 #[test]
