@@ -40,15 +40,7 @@ pub struct SchedulerConfig {
     pub step_cost: Option<StepCostModel>,
 }
 
-/// What preemption does with a request's KV blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PreemptionMode {
-    /// Free them; the request's tokens are recomputed when it runs again.
-    #[default]
-    Recompute,
-    /// Copy them to the host pool and back (recompute when the pool is full).
-    Swap,
-}
+pub use crate::config::PreemptionMode;
 
 /// Events for requests plus the step's stats.
 #[derive(Debug, Default)]

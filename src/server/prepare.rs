@@ -24,7 +24,7 @@ use crate::model::loader::ModelFiles;
 use crate::model::tokenizer::token_id_bound;
 use crate::model::weights::{LoadOptions, build_llama};
 use crate::model::{Backend, default_device};
-use crate::scheduler::{PreemptionMode, SchedulerConfig};
+use crate::scheduler::SchedulerConfig;
 use crate::stats::step_cost::StepCostModel;
 
 /// The configured model path, or the default model (fetched on first use).
@@ -121,7 +121,7 @@ impl CacheSizing {
         let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
             e.num_gpu_blocks_override
         } else {
-            (config.kv_cache_bytes() / bytes_per_block) as usize
+            (config.kv_cache_bytes()? / bytes_per_block) as usize
         };
         anyhow::ensure!(
             num_gpu_blocks > 0,
@@ -202,11 +202,7 @@ pub fn prepare_engine<E: Executor>(
             num_gpu_blocks,
             block_size: config.engine.block_size,
             num_cpu_blocks,
-            preemption_mode: if config.engine.preemption_mode == "swap" {
-                PreemptionMode::Swap
-            } else {
-                PreemptionMode::Recompute
-            },
+            preemption_mode: config.engine.preemption_mode,
             enable_prefix_caching: config.engine.enable_prefix_caching,
             async_scheduling: config.engine.async_scheduling,
             kv_block_metrics_sample: if config.telemetry.kv_cache_metrics {

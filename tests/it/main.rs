@@ -10,6 +10,7 @@ mod api_tiny;
 mod benchmarks;
 mod chat_templates;
 mod common;
+mod config_errors;
 mod deploy_manifests;
 mod disconnects;
 mod draining;
