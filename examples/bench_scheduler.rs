@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use clap::Parser;
-use kiln::config::Config;
+use kiln::config::{Config, PreemptionMode};
 use kiln::engine::events::TokenEvent;
 use kiln::executor::Executor;
 use kiln::executor::model_runner::ModelRunner;
@@ -110,10 +110,10 @@ fn main() -> anyhow::Result<()> {
     // 2. Throughput under KV pressure.
     println!("\n| preemption | blocks | requests | output tok/s | preemptions |");
     println!("|---|---|---|---|---|");
-    for mode in ["recompute", "swap"] {
+    for (mode, preemption) in [("recompute", PreemptionMode::Recompute), ("swap", PreemptionMode::Swap)] {
         let (mut s, mut r) = engine(&args.model, |c| {
             c.engine.num_gpu_blocks_override = 24;
-            c.engine.preemption_mode = mode.into();
+            c.engine.preemption_mode = preemption;
         })?;
         for i in 0..8 {
             s.add(request(&format!("r{i}"), short(i), 64), Instant::now())?;

@@ -80,9 +80,9 @@ pub struct ServeArgs {
     /// Requests allowed to wait before new ones get 429.
     #[arg(long, env = "KILN_MAX_WAITING")]
     pub max_waiting: Option<usize>,
-    /// recompute or swap: what happens to a running request when KV blocks run out.
-    #[arg(long, env = "KILN_PREEMPTION_MODE")]
-    pub preemption_mode: Option<String>,
+    /// What happens to a running request when KV blocks run out.
+    #[arg(long, env = "KILN_PREEMPTION_MODE", value_enum)]
+    pub preemption_mode: Option<super::PreemptionMode>,
     /// Host memory in GiB for the swap pool (preemption mode swap).
     #[arg(long, env = "KILN_SWAP_SPACE")]
     pub swap_space: Option<f64>,
@@ -301,6 +301,7 @@ impl ServeArgs {
             c.kv_events = super::KvEventsConfig::from_json(json)?;
         }
         c.validate()?;
+        c.validate_environment(|name| std::env::var(name).ok())?;
         Ok(c)
     }
 }

@@ -90,8 +90,8 @@ pub struct EngineConfig {
     pub max_model_len: usize,
     /// Requests allowed to wait before new ones get 429.
     pub max_waiting: usize,
-    /// "recompute" or "swap": what happens to a running request when blocks run out.
-    pub preemption_mode: String,
+    /// What happens to a running request when blocks run out.
+    pub preemption_mode: PreemptionMode,
     /// Host memory (GiB) for the swap pool of `preemption_mode = "swap"`.
     pub swap_space_gib: f64,
     /// Reuse the KV blocks of prompts that start like an earlier one.
@@ -108,6 +108,18 @@ pub struct EngineConfig {
     /// CPU kernel instruction set: "auto" (the best this CPU runs), "avx512", "avx2" or
     /// "portable".
     pub cpu_kernels: String,
+}
+
+/// What preemption does with a request's KV blocks (`engine.preemption_mode`,
+/// `--preemption-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptionMode {
+    /// Free them; the request's tokens are recomputed when it runs again.
+    #[default]
+    Recompute,
+    /// Copy them to the host pool and back (recompute when the pool is full).
+    Swap,
 }
 
 /// What one request may ask for, so that no body fans out or costs without bound.
@@ -194,7 +206,7 @@ impl Default for EngineConfig {
             max_num_batched_tokens: 2048,
             max_model_len: 0,
             max_waiting: 1024,
-            preemption_mode: "recompute".into(),
+            preemption_mode: PreemptionMode::Recompute,
             swap_space_gib: 4.0,
             enable_prefix_caching: false,
             async_scheduling: true,
@@ -315,7 +327,7 @@ impl Config {
                 "must be a power of two between 1 and 1024",
             ));
         }
-        parse_bytes(&e.kv_cache_memory).map_err(|m| invalid("engine.kv_cache_memory", m))?;
+        self.kv_cache_bytes()?;
         if e.max_num_seqs == 0 {
             return Err(invalid("engine.max_num_seqs", "must be at least 1"));
         }
@@ -323,12 +335,6 @@ impl Config {
             return Err(invalid(
                 "engine.max_num_batched_tokens",
                 format!("must be at least max_num_seqs ({})", e.max_num_seqs),
-            ));
-        }
-        if !["recompute", "swap"].contains(&e.preemption_mode.as_str()) {
-            return Err(invalid(
-                "engine.preemption_mode",
-                format!("`{}` is not recompute or swap", e.preemption_mode),
             ));
         }
         if !(e.swap_space_gib >= 0.0 && e.swap_space_gib.is_finite()) {
@@ -378,13 +384,13 @@ impl Config {
                 "must be a fraction in (0, 1]",
             ));
         }
-        if t.engine_prefix
-            .chars()
-            .any(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        {
+        if !crate::stats::exporter::is_metric_name_prefix(&t.engine_prefix) {
             return Err(invalid(
                 "telemetry.engine_prefix",
-                "may contain only ASCII letters, digits, '_' and ':'",
+                format!(
+                    "`{}` (--engine-prefix) is not a Prometheus name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)",
+                    t.engine_prefix
+                ),
             ));
         }
         if !t.metrics_listen.is_empty() {
@@ -393,11 +399,18 @@ impl Config {
                 .map_err(|e| invalid("telemetry.metrics_listen", format!("`{}`: {e}", t.metrics_listen)))?;
         }
         self.otlp().map_err(|e| invalid("telemetry.otlp_*", e))?;
-        // The file's and flags' traces values alone (the OTEL_* variables are read at start).
+        // The file's and flags' traces values alone; `validate_environment` adds the OTEL_*
+        // variables.
         self.traces(|_| None)?;
         self.security.validate()?;
         self.kv_events.validate()?;
         Ok(())
+    }
+
+    /// Checks what the process environment adds (the `OTEL_*` traces variables), so a bad
+    /// one stops startup before the model loads, naming the variable.
+    pub fn validate_environment(&self, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        self.traces(lookup).map(|_| ())
     }
 
     /// The OTLP push settings, or `None` when no endpoint is configured.
@@ -490,9 +503,10 @@ impl Config {
             .map_err(|e| invalid("telemetry.otlp_traces_*", e.to_string()))
     }
 
-    /// KV cache bytes from `engine.kv_cache_memory` (validated).
-    pub fn kv_cache_bytes(&self) -> u64 {
-        parse_bytes(&self.engine.kv_cache_memory).unwrap_or(0)
+    /// KV cache bytes from `engine.kv_cache_memory`; an error naming the key, never 0 for a
+    /// value that does not parse.
+    pub fn kv_cache_bytes(&self) -> Result<u64, ConfigError> {
+        parse_bytes(&self.engine.kv_cache_memory).map_err(|m| invalid("engine.kv_cache_memory", m))
     }
 }
 
@@ -516,6 +530,20 @@ mod tests {
         let mut c = Config::default();
         c.engine.kv_cache_memory = "lots".into();
         assert!(c.validate().unwrap_err().to_string().contains("engine.kv_cache_memory"));
+    }
+
+    #[test]
+    fn the_metric_prefix_and_the_traces_environment_are_checked_before_anything_loads() {
+        let mut c = Config::default();
+        c.telemetry.engine_prefix = "1x_".into();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("--engine-prefix"), "{err}");
+        let mut c = Config::default();
+        c.telemetry.otlp_traces_endpoint = "http://127.0.0.1:9/v1/traces".into();
+        c.validate().expect("valid without the environment");
+        let bogus = |name: &str| (name == "OTEL_TRACES_SAMPLER").then(|| "bogus".to_string());
+        let err = c.validate_environment(bogus).unwrap_err().to_string();
+        assert!(err.contains("OTEL_TRACES_SAMPLER"), "{err}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::TokEnv;
-use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
+use llguidance::{CancellationHandle, JsonCompileOptions, Matcher, ParserFactory};
 use lru::LruCache;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -81,8 +81,10 @@ impl GrammarCompiler {
     }
 
     /// Compiles `output` on a blocking thread (or takes it from the cache), giving up after
-    /// the compile timeout. The async caller never blocks; a compile that times out finishes
-    /// in the background, still holding its slot, so the pool stays bounded.
+    /// the compile timeout. The async caller never blocks. A compile given up on (timed out,
+    /// or its caller dropped) frees its slot at once and is cancelled: it stops at
+    /// llguidance's next check, or before its first mask when the parser is still being
+    /// built (which llguidance's fuel limits bound), and its result is not cached.
     pub async fn compile(self: &Arc<Self>, output: &StructuredOutput) -> Result<CompileOutcome, GrammarError> {
         let key = self.check_and_key(output)?;
         if let Some(grammar) = self.lock_cache().get(&key).cloned() {
@@ -94,17 +96,17 @@ impl GrammarCompiler {
         let timeout = self.limits.compile_timeout;
         let this = Arc::clone(self);
         let output = output.clone();
+        let cancel = CompileCancel::default();
+        let _cancel_when_given_up = CancelOnDrop(cancel.clone());
         let work = async move {
-            let permit = Arc::clone(&this.permits)
+            // Held here, not by the blocking thread: dropping this future frees the slot.
+            let _permit = Arc::clone(&this.permits)
                 .acquire_owned()
                 .await
                 .map_err(|_| GrammarError::Timeout(timeout))?;
-            tokio::task::spawn_blocking(move || {
-                let _permit = permit;
-                this.compile_uncached(key, &output)
-            })
-            .await
-            .map_err(|e| GrammarError::Invalid(format!("the compiler failed: {e}")))?
+            tokio::task::spawn_blocking(move || this.compile_uncached(key, &output, &cancel))
+                .await
+                .map_err(|e| GrammarError::Invalid(format!("the compiler failed: {e}")))?
         };
         tokio::time::timeout(timeout, work)
             .await
@@ -121,7 +123,7 @@ impl GrammarCompiler {
                 compile_seconds: None,
             });
         }
-        self.compile_uncached(key, output)
+        self.compile_uncached(key, output, &CompileCancel::default())
     }
 
     /// Takes every compile slot (tests: a compile then waits until its timeout).
@@ -133,18 +135,29 @@ impl GrammarCompiler {
             .expect("an idle compiler")
     }
 
-    fn compile_uncached(&self, key: [u8; 32], output: &StructuredOutput) -> Result<CompileOutcome, GrammarError> {
+    fn compile_uncached(
+        &self,
+        key: [u8; 32],
+        output: &StructuredOutput,
+        cancel: &CompileCancel,
+    ) -> Result<CompileOutcome, GrammarError> {
         let start = Instant::now();
+        let given_up = GrammarError::Timeout(self.limits.compile_timeout);
         let grammar = top_level_grammar(output)?;
         let parser = self
             .factory
             .create_parser(grammar)
             .map_err(|e| GrammarError::Invalid(e.to_string()))?;
-        let mut matcher = Matcher::new(Ok(parser));
+        let mut matcher = Matcher::new(Ok(parser)).into_cancellable();
+        if !cancel.watch(matcher.cancellation_handle()) {
+            return Err(given_up);
+        }
         // The first mask finds what only shows up in the lexer (and warms its cache).
-        matcher
-            .compute_mask()
-            .map_err(|e| GrammarError::Invalid(e.to_string()))?;
+        let first_mask = matcher.compute_mask();
+        if cancel.unwatch() {
+            return Err(given_up);
+        }
+        first_mask.map_err(|e| GrammarError::Invalid(e.to_string()))?;
         let grammar = CompiledGrammar::new(matcher);
         self.lock_cache().put(key, grammar.clone());
         Ok(CompileOutcome {
@@ -182,6 +195,55 @@ impl GrammarCompiler {
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, LruCache<[u8; 32], CompiledGrammar>> {
         self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One compile's cancellation, shared by the request waiting for it and the blocking thread
+/// running it. The matcher's handle is watched only during the first mask, so a cached
+/// grammar is never cancelled after the fact.
+#[derive(Clone, Default)]
+struct CompileCancel(Arc<Mutex<CancelState>>);
+
+#[derive(Default)]
+struct CancelState {
+    cancelled: bool,
+    running: Option<CancellationHandle>,
+}
+
+impl CompileCancel {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CancelState> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn cancel(&self) {
+        let mut state = self.lock();
+        state.cancelled = true;
+        if let Some(handle) = state.running.take() {
+            handle.cancel();
+        }
+    }
+
+    /// Watches a running matcher; false when the compile was given up already.
+    fn watch(&self, handle: Option<CancellationHandle>) -> bool {
+        let mut state = self.lock();
+        state.running = handle;
+        !state.cancelled
+    }
+
+    /// Stops watching; true when the compile was given up meanwhile.
+    fn unwatch(&self) -> bool {
+        let mut state = self.lock();
+        state.running = None;
+        state.cancelled
+    }
+}
+
+/// Cancels its compile when dropped: the request stopped waiting (done, timed out or gone).
+struct CancelOnDrop(CompileCancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 

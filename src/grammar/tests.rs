@@ -155,3 +155,34 @@ async fn compiling_waits_for_a_slot_and_gives_up_at_the_timeout() {
     let outcome = compiler.compile(&schema).await.expect("compiles once a slot is free");
     assert!(outcome.compile_seconds.is_some());
 }
+
+/// A JSON schema whose compile takes about a second per level past 12 here: `anyOf`s nested
+/// `depth` deep, each level doubling the schema.
+fn slow_schema(depth: usize, leaf: &str) -> StructuredOutput {
+    let mut schema = format!(r#"{{"type": "{leaf}"}}"#);
+    for level in 0..depth {
+        schema = format!(r#"{{"anyOf": [{schema}, {{"type": "object", "properties": {{"k{level}": {schema}}}}}]}}"#);
+    }
+    StructuredOutput::JsonSchema(schema)
+}
+
+#[actix::test]
+async fn a_compile_that_times_out_frees_its_slot_at_once() {
+    let compiler = std::sync::Arc::new(tiny_compiler(GrammarLimits {
+        compile_timeout: Duration::from_millis(200),
+        max_source_bytes: 1 << 20,
+        ..GrammarLimits::default()
+    }));
+    // Two slow compiles take both slots and time out (each would run on for seconds).
+    let (integers, strings) = (slow_schema(13, "integer"), slow_schema(13, "string"));
+    let (first, second) = futures_util::join!(compiler.compile(&integers), compiler.compile(&strings));
+    for outcome in [first, second] {
+        assert_eq!(outcome.map(|_| ()).unwrap_err().reason(), "timeout");
+    }
+    // Their slots are free again, though their threads may still be winding down.
+    let outcome = compiler
+        .compile(&StructuredOutput::Regex("a+".into()))
+        .await
+        .expect("a free slot: the timed-out compiles gave theirs back");
+    assert!(outcome.compile_seconds.is_some());
+}

@@ -59,6 +59,7 @@ impl SchedulerActor {
 
     /// Sends steps to the executor until it has as many as it should hold.
     fn step(&mut self, ctx: &mut Context<Self>) {
+        self.abort_departed();
         while let Some(batch) = self.next_batch() {
             self.send(Arc::new(batch), ctx);
         }
@@ -86,11 +87,12 @@ impl SchedulerActor {
         ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
             act.steps.returned(!matches!(result, Ok(Ok(_))));
             let now = Instant::now();
+            let mut gone = Vec::new();
             let step = match result {
                 Ok(Ok(mut output)) => {
                     // Prompt logprobs go out first: they come before the request's tokens.
                     let prompt = std::mem::take(&mut output.prompt_logprobs);
-                    act.deliver(
+                    gone = act.deliver(
                         prompt
                             .into_iter()
                             .map(|(id, p)| (id, TokenEvent::PromptLogprobs(p)))
@@ -101,7 +103,7 @@ impl SchedulerActor {
                 Ok(Err(error)) => act.fail_step(error, now),
                 Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
             };
-            act.publish(step);
+            act.publish(step, gone);
             act.step(ctx);
         }));
     }
@@ -130,12 +132,15 @@ impl SchedulerActor {
     }
 
     /// Sends events to their requests and stats to the stats actor. A request whose client
-    /// has gone (its receiver is dropped) is aborted at once, and the stats it leaves follow.
-    fn publish(&mut self, step: StepResult) {
+    /// has gone (its receiver is dropped; `gone` holds those found so earlier) is aborted at
+    /// once, and the stats it leaves follow.
+    fn publish(&mut self, step: StepResult, mut gone: Vec<RequestId>) {
         if let Some(kv_events) = self.kv_events.as_mut() {
             kv_events.send(self.scheduler.take_kv_events());
         }
-        let gone = self.deliver(step.events);
+        gone.extend(self.deliver(step.events));
+        gone.sort_unstable();
+        gone.dedup();
         self.record(step.scheduler_stats, step.iteration_stats);
         if gone.is_empty() {
             return;
@@ -165,6 +170,22 @@ impl SchedulerActor {
             }
         }
         gone
+    }
+
+    /// Aborts the requests whose client left before any event could tell (a receiver
+    /// dropped while the request was on its way in, queued or prefilling), so no prefill
+    /// runs to its end for nobody.
+    fn abort_departed(&mut self) {
+        let gone: Vec<RequestId> = self
+            .channels
+            .iter()
+            .filter(|(_, tx)| tx.is_closed())
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !gone.is_empty() {
+            let aborted = self.abort(gone, AbortReason::ClientGone);
+            self.publish(aborted, Vec::new());
+        }
     }
 
     fn record(&self, scheduler: SchedulerStats, iteration: IterationStats) {
@@ -198,6 +219,11 @@ impl Handler<Generate> for SchedulerActor {
         if self.closed {
             return Err(EngineError::Unavailable);
         }
+        if msg.events.is_closed() {
+            // The client left while the request was on its way: nobody would read it.
+            tracing::debug!(id = %msg.id, "client gone before admission; not queued");
+            return Ok(());
+        }
         let request = NewRequest {
             id: msg.id.clone(),
             prompt_token_ids: msg.prompt_token_ids,
@@ -225,7 +251,7 @@ impl Handler<Abort> for SchedulerActor {
     fn handle(&mut self, msg: Abort, ctx: &mut Context<Self>) {
         // Its final event, the gauges and its stats go out now, not at the next step.
         let aborted = self.abort([msg.id], msg.reason);
-        self.publish(aborted);
+        self.publish(aborted, Vec::new());
         self.step(ctx);
     }
 }
@@ -256,7 +282,7 @@ impl Handler<AbortAll> for SchedulerActor {
                 "shutdown grace period over; aborting the requests left"
             );
         }
-        self.publish(aborted);
+        self.publish(aborted, Vec::new());
         count
     }
 }

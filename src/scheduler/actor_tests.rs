@@ -5,10 +5,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Context, Handler, Recipient, ResponseFuture};
-use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
-use super::SchedulerActor;
-use crate::engine::events::TokenEvent;
+use super::{GetLoad, SchedulerActor};
+use crate::engine::events::{PromptLogprobs, TokenEvent};
 use crate::engine::health::EngineHealth;
 use crate::engine::messages::Generate;
 use crate::engine::sampling_params::SamplingParams;
@@ -155,4 +155,121 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
     // filled with the token sampled in the step before.
     assert_eq!(tokens, (8..8 + MAX_TOKENS as u32).collect::<Vec<_>>());
     assert_eq!(*sent.count.lock().expect("lock"), MAX_TOKENS, "no step past max_tokens");
+}
+
+/// The fake model that also answers every prompt chunk with (empty) prompt logprobs, as the
+/// real one does for a request that asked for them.
+struct WithPromptLogprobs(FakeExecutor);
+
+impl Executor for WithPromptLogprobs {
+    fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+        let mut output = self.0.execute(batch)?;
+        output.prompt_logprobs = batch
+            .sequences
+            .iter()
+            .map(|s| {
+                let chunk = PromptLogprobs {
+                    first_position: s.start_position,
+                    positions: Vec::new(),
+                };
+                (s.id.clone(), chunk)
+            })
+            .collect();
+        Ok(output)
+    }
+
+    fn reset(&mut self) {}
+}
+
+fn generate(id: &str, prompt_len: u32, events: UnboundedSender<TokenEvent>) -> Generate {
+    Generate {
+        id: id.into(),
+        prompt_token_ids: (0..prompt_len).map(|i| i % 100).collect(),
+        params: Arc::new(SamplingParams {
+            max_tokens: 2,
+            temperature: 0.0,
+            ..Default::default()
+        }),
+        seed: None,
+        operation: Operation::TextCompletion,
+        arrival: Instant::now(),
+        trace: None,
+        events,
+    }
+}
+
+/// A client that leaves while its request is on its way to the scheduler, or once its
+/// prefill has begun (noticed at a prompt-logprob delivery), is aborted: neither 200-token
+/// prompt is prefilled to its end (50 steps each at 4 tokens a step), and a request queued
+/// behind them runs at once.
+#[actix::test]
+async fn a_client_gone_on_the_way_in_or_mid_prefill_does_not_keep_its_prefill_running() {
+    let sent = Arc::new(SentSteps::default());
+    let executor = start_executor(
+        WithPromptLogprobs(FakeExecutor::new(1000, FakeBehaviour::default())),
+        Supervision {
+            health: Arc::new(EngineHealth::new()),
+            max_restarts: 0,
+        },
+    );
+    let tap = Tap {
+        executor: executor.recipient(),
+        sent: Arc::clone(&sent),
+    }
+    .start();
+    let stats = StatsActor::new(None, StatsActorConfig::default()).start();
+    let scheduler = Scheduler::new(
+        SchedulerConfig {
+            max_num_seqs: 4,
+            max_num_batched_tokens: 4,
+            max_model_len: 512,
+            max_waiting: 8,
+            num_gpu_blocks: 256,
+            block_size: 4,
+            num_cpu_blocks: 0,
+            preemption_mode: PreemptionMode::Recompute,
+            enable_prefix_caching: false,
+            async_scheduling: false,
+            kv_block_metrics_sample: 0.0,
+            step_cost: None,
+        },
+        vec![999],
+    );
+    let scheduler = SchedulerActor::new(scheduler, tap.recipient(), stats).start();
+    let (events, received) = unbounded_channel();
+    drop(received);
+    scheduler
+        .send(generate("gone-on-the-way", 200, events))
+        .await
+        .expect("delivered")
+        .expect("not refused");
+    let (events, mut received) = unbounded_channel();
+    scheduler
+        .send(generate("gone-mid-prefill", 200, events))
+        .await
+        .expect("delivered")
+        .expect("admitted");
+    let first = received.recv().await.expect("a prompt chunk's logprobs");
+    assert!(matches!(first, TokenEvent::PromptLogprobs(_)), "{first:?}");
+    drop(received);
+    let (events, mut received) = unbounded_channel();
+    scheduler
+        .send(generate("stays", 3, events))
+        .await
+        .expect("delivered")
+        .expect("admitted");
+    loop {
+        match received.recv().await.expect("the request ends with an event") {
+            TokenEvent::Finished { reason, .. } => {
+                assert_eq!(reason, FinishReason::Length);
+                break;
+            }
+            TokenEvent::Failed { error } => panic!("{error}"),
+            _ => {}
+        }
+    }
+    let load = scheduler.send(GetLoad).await.expect("load");
+    assert_eq!((load.num_running, load.num_waiting), (0, 0), "{load:?}");
+    let steps = *sent.count.lock().expect("lock");
+    assert!(steps <= 20, "{steps} steps: a departed client's prefill ran on");
 }

@@ -40,15 +40,7 @@ pub struct SchedulerConfig {
     pub step_cost: Option<StepCostModel>,
 }
 
-/// What preemption does with a request's KV blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PreemptionMode {
-    /// Free them; the request's tokens are recomputed when it runs again.
-    #[default]
-    Recompute,
-    /// Copy them to the host pool and back (recompute when the pool is full).
-    Swap,
-}
+pub use crate::config::PreemptionMode;
 
 /// Events for requests plus the step's stats.
 #[derive(Debug, Default)]
@@ -124,12 +116,13 @@ impl Scheduler {
         &self.config
     }
 
-    /// Queues a request, or refuses it at the door.
+    /// Queues a request, or refuses it at the door. Only requests not yet admitted count
+    /// against `max_waiting`: preempted ones waiting to run again are the cache's backlog,
+    /// not the queue's, and must not turn new arrivals away.
     pub fn add(&mut self, request: NewRequest, now: Instant) -> Result<(), EngineError> {
-        if self.waiting.len() >= self.config.max_waiting {
-            return Err(EngineError::Overloaded {
-                waiting: self.waiting.len(),
-            });
+        let queued = self.waiting.iter().filter(|r| !r.was_admitted()).count();
+        if queued >= self.config.max_waiting {
+            return Err(EngineError::Overloaded { waiting: queued });
         }
         // The prompt plus one generated token must fit the whole cache, or it never runs.
         let needed = self.blocks.blocks_for(request.prompt_token_ids.len() + 1);

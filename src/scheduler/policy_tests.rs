@@ -121,6 +121,40 @@ fn admission_refuses_a_full_queue_and_a_prompt_that_never_fits() {
 }
 
 #[test]
+fn preempted_requests_do_not_count_against_max_waiting() {
+    // 12 blocks of 4 tokens: three requests of 10 + 20 tokens are admitted (3 blocks
+    // each) but cannot all grow to 8 blocks: one is preempted back to the queue.
+    let mut cfg = config(12);
+    cfg.max_waiting = 1;
+    let mut s = Scheduler::new(cfg, vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let mut preemptions = 0;
+    for i in 0..3 {
+        s.add(request(&format!("r{i}"), 10, 20), Instant::now())
+            .expect("admitted");
+        let batch = s.schedule(Instant::now());
+        let out = fake.execute(&batch).expect("runs");
+        s.update_from_output(&batch, out, Instant::now());
+        assert_eq!(s.num_waiting(), 0, "r{i} was admitted at once");
+    }
+    while preemptions == 0 {
+        let batch = s.schedule(Instant::now());
+        let out = fake.execute(&batch).expect("runs");
+        preemptions += s
+            .update_from_output(&batch, out, Instant::now())
+            .scheduler_stats
+            .num_preemptions;
+    }
+    assert_eq!(s.num_waiting(), 1, "the preempted request waits to run again");
+    s.add(request("new", 4, 1), Instant::now())
+        .expect("a preempted request does not fill the queue");
+    assert!(matches!(
+        s.add(request("over", 4, 1), Instant::now()),
+        Err(EngineError::Overloaded { waiting: 1 })
+    ));
+}
+
+#[test]
 fn aborts_free_blocks_and_report_the_reason() {
     let mut s = Scheduler::new(config(64), vec![EOS]);
     s.add(request("a", 10, 100), Instant::now()).expect("admitted");

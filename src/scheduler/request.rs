@@ -77,6 +77,11 @@ impl Request {
         }
     }
 
+    /// Whether it has run before (a preempted request waiting to run again).
+    pub fn was_admitted(&self) -> bool {
+        self.timestamps.scheduled.is_some()
+    }
+
     /// Admitted into the running batch: the first time sets `scheduled`.
     pub fn note_scheduled(&mut self, at: Instant) {
         self.timestamps.scheduled.get_or_insert(at);

@@ -24,7 +24,7 @@ use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_
 use crate::model::loader::ModelFiles;
 use crate::model::weights::{LoadOptions, build_model};
 use crate::model::{Backend, default_device};
-use crate::scheduler::{PreemptionMode, SchedulerConfig};
+use crate::scheduler::SchedulerConfig;
 use crate::stats::step_cost::StepCostModel;
 use crate::tokenizer::token_id_bound;
 
@@ -122,7 +122,7 @@ impl CacheSizing {
         let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
             e.num_gpu_blocks_override
         } else {
-            (config.kv_cache_bytes() / bytes_per_block) as usize
+            (config.kv_cache_bytes()? / bytes_per_block) as usize
         };
         anyhow::ensure!(
             num_gpu_blocks > 0,
@@ -212,11 +212,7 @@ pub fn prepare_engine<E: Executor>(
             num_gpu_blocks,
             block_size: config.engine.block_size,
             num_cpu_blocks,
-            preemption_mode: if config.engine.preemption_mode == "swap" {
-                PreemptionMode::Swap
-            } else {
-                PreemptionMode::Recompute
-            },
+            preemption_mode: config.engine.preemption_mode,
             enable_prefix_caching: config.engine.enable_prefix_caching,
             async_scheduling: config.engine.async_scheduling,
             kv_block_metrics_sample: if config.telemetry.kv_cache_metrics {

@@ -186,15 +186,21 @@ pub fn render_metrics_as(registry: &Registry, exemplars: &ExemplarStore, format:
     encode(&registry.gather(), format, &exemplars.snapshot())
 }
 
-fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
-    cfg.buckets.validate()?;
-    let p = &cfg.engine_prefix;
-    let ok = p
+/// The one rule for an engine metric prefix: the start of a Prometheus name,
+/// `[a-zA-Z_:][a-zA-Z0-9_:]*`. The configuration checks it at start, before anything loads.
+pub fn is_metric_name_prefix(prefix: &str) -> bool {
+    prefix
         .chars()
         .enumerate()
-        .all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()));
-    if !ok {
-        return Err(TelemetryError::Prefix { prefix: p.clone() });
+        .all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()))
+}
+
+fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
+    cfg.buckets.validate()?;
+    if !is_metric_name_prefix(&cfg.engine_prefix) {
+        return Err(TelemetryError::Prefix {
+            prefix: cfg.engine_prefix.clone(),
+        });
     }
     if cfg.model_name.is_empty() {
         return Err(TelemetryError::ModelName);

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::common::process::{KilnProcess, Launch};
+use crate::common::wait::wait_for;
 
 const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 
@@ -45,14 +46,14 @@ fn json_access_lines_join_on_request_and_trace_ids_and_leave_probes_out() {
     probe(&kiln);
     // The line is written when the response is done; a later request's line follows it.
     let _ = kiln.client.get(kiln.url("/v1/models")).send().expect("models");
-    let mut lines = json_access_lines(&kiln);
-    for _ in 0..100 {
+    let lines = wait_for("two access lines", || {
+        let lines = json_access_lines(&kiln);
         if lines.len() >= 2 {
-            break;
+            Ok(lines)
+        } else {
+            Err(format!("{lines:?}"))
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        lines = json_access_lines(&kiln);
-    }
+    });
     let chat: Vec<&Value> = lines.iter().filter(|l| l["route"] == "/v1/chat/completions").collect();
     assert_eq!(chat.len(), 1, "one line per request: {lines:?}");
     let line = chat[0];
@@ -102,14 +103,14 @@ fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
     assert!(streamed.text().expect("whole stream").contains("[DONE]"));
     probe(&kiln);
     let _ = kiln.client.get(kiln.url("/v1/models")).send().expect("models");
-    let mut logs = kiln.logs();
-    for _ in 0..100 {
+    let logs = wait_for("the /v1/models access line", || {
+        let logs = kiln.logs();
         if logs.contains("route=\"/v1/models\"") {
-            break;
+            Ok(logs)
+        } else {
+            Err(logs)
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        logs = kiln.logs();
-    }
+    });
     let access: Vec<&str> = logs.lines().filter(|l| l.contains("kiln::access")).collect();
     let chat: Vec<&&str> = access
         .iter()

@@ -4,11 +4,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::common::process::{KilnProcess, Launch};
+use crate::common::wait::wait_until;
 
 /// Starts a long streaming completion and returns once its first event has arrived; the
 /// thread returns every `data:` payload.
@@ -45,11 +46,9 @@ fn start_long_stream(kiln: &KilnProcess) -> thread::JoinHandle<Vec<String>> {
 }
 
 fn assert_not_ready_after_sigterm(kiln: &KilnProcess) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while kiln.ready() == Some(200) {
-        assert!(Instant::now() < deadline, "/ready stayed 200 after SIGTERM");
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("/ready to stop answering 200 after SIGTERM", || {
+        kiln.ready() != Some(200)
+    });
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! kiln returns the trace ids from `/api/v1/query_exemplars`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kiln::engine::events::TokenEvent;
 use kiln::engine::messages::Generate;
@@ -17,6 +17,7 @@ use kiln::engine::types::Operation;
 use kiln::executor::fake::FakeBehaviour;
 
 use crate::common::prometheus_server::{PrometheusServer, promtool_check_metrics};
+use crate::common::wait::wait_until;
 use crate::common::{Tiny, scrape_until, start_fake};
 
 /// What Prometheus 2.42 sends.
@@ -96,7 +97,9 @@ fn metrics_answers_openmetrics_with_exemplars_to_who_asks_and_text_to_the_rest()
     traced_request(&t, trace(1));
     // The stats actor records after the request ended: wait for its observation.
     let ttft_count = |text: &str| crate::common::metric_value(text, "vllm:time_to_first_token_seconds_count", "");
-    poll(|| ttft_count(&get_metrics(&t, &url, None).1) == Some(1.0));
+    wait_until("the TTFT observation", || {
+        ttft_count(&get_metrics(&t, &url, None).1) == Some(1.0)
+    });
 
     let (content_type, om) = get_metrics(&t, &url, Some(PROMETHEUS_ACCEPT));
     assert_eq!(content_type, OPENMETRICS);
@@ -150,15 +153,6 @@ fn the_public_listener_negotiates_too() {
     assert_eq!(get_metrics(&t, &url, None).0, TEXT);
 }
 
-/// Polls `done` until it holds, for up to 30 s.
-fn poll(mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 #[ignore = "needs the prometheus server (KILN_TEST_PROMETHEUS) and promtool (KILN_TEST_PROMTOOL); .ci/run provides them"]
 fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
@@ -166,9 +160,11 @@ fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
     let prometheus = PrometheusServer::start_with_exemplars("kiln", &[t.server.addr.to_string()]);
     let client = &t.client;
     let ready = format!("http://127.0.0.1:{}/-/ready", prometheus.port);
-    poll(|| client.get(&ready).send().is_ok_and(|r| r.status().is_success()));
+    wait_until("Prometheus ready", || {
+        client.get(&ready).send().is_ok_and(|r| r.status().is_success())
+    });
     // The scrape is healthy and its samples are stored.
-    poll(|| {
+    wait_until("a healthy scrape", || {
         let up = prometheus.query(client, "up{job=\"kiln\"}");
         up.first().and_then(|s| s["value"][1].as_str()) == Some("1")
     });
@@ -178,7 +174,7 @@ fn prometheus_scrapes_openmetrics_and_returns_the_trace_ids_as_exemplars() {
     for trace in &traces {
         traced_request(&t, *trace);
         let id = trace.trace_id_hex();
-        poll(|| {
+        wait_until("the trace's exemplar in Prometheus", || {
             prometheus
                 .query_exemplars(&t.client, TTFT_BUCKET)
                 .iter()

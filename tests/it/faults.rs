@@ -4,12 +4,13 @@
 //! and `/health` tell restarting from dead.
 
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln::engine::step::StepStage;
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
+use crate::common::wait::wait_until;
 use crate::common::{Tiny, metric_value, scrape_until, start_fake};
 
 /// A prompt token that makes the fake executor panic.
@@ -44,13 +45,9 @@ fn status_of(t: &Tiny, path: &str) -> u16 {
     t.get_text(path).0
 }
 
-/// Polls `path` until it answers `status`; panics after 10 s.
+/// Waits until `path` answers `status`.
 fn wait_for_status(t: &Tiny, path: &str, status: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while status_of(t, path) != status {
-        assert!(Instant::now() < deadline, "{path} never answered {status}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&format!("{path} answering {status}"), || status_of(t, path) == status);
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod arch_parity;
 mod benchmarks;
 mod chat_templates;
 mod common;
+mod config_errors;
 mod deploy_manifests;
 mod disconnects;
 mod draining;

@@ -4,11 +4,11 @@
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use kiln::executor::fake::FakeBehaviour;
 
 use crate::common::process::free_port;
+use crate::common::wait::wait_until;
 use crate::common::{Tiny, metric_value, scrape_until, start_fake, tool};
 
 const EXPORTS: &str = "kiln_otlp_metric_exports_total";
@@ -47,7 +47,7 @@ impl Oteltap {
             .spawn()
             .expect("start oteltap");
         let tap = Self { child, out, _dir: dir };
-        poll("oteltap to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        wait_until("oteltap to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
         tap
     }
 
@@ -63,15 +63,6 @@ impl Drop for Oteltap {
     }
 }
 
-/// Polls `done` every 50 ms for up to 30 s; panics naming `what`.
-fn poll(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 #[ignore = "needs oteltap (KILN_TEST_OTELTAP); .ci/run provides it"]
 fn successful_pushes_are_counted_and_the_count_is_pushed_too() {
@@ -83,7 +74,7 @@ fn successful_pushes_are_counted_and_the_count_is_pushed_too() {
     });
     assert_eq!(exports(&text, "failure"), 0.0, "{text}");
     // The counter is an instrument like the others: it reaches the collector itself.
-    poll("the export counter at oteltap", || {
+    wait_until("the export counter at oteltap", || {
         tap.received().lines().any(|l| {
             serde_json::from_str::<serde_json::Value>(l).is_ok_and(|m| m["name"] == "kiln_otlp_metric_exports")
         })

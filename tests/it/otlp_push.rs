@@ -20,9 +20,10 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::process::free_port;
+use crate::common::wait::wait_until;
 use actix::Actor as _;
 use kiln::engine::intervals::RequestIntervals;
 use kiln::engine::types::{FinishReason, Operation};
@@ -32,21 +33,11 @@ use kiln::stats::exporter::{Telemetry, TelemetryConfig, build_telemetry_with_rea
 use kiln::stats::instruments::Instruments;
 use kiln::stats::otlp::{OtlpConfig, OtlpProtocol, OtlpTemporality, build_otlp_reader, metrics_endpoint_from_base};
 
-const DEADLINE: Duration = Duration::from_secs(30);
 const PROTOCOLS: [OtlpProtocol; 2] = [OtlpProtocol::HttpProtobuf, OtlpProtocol::Grpc];
 
 fn receiver_path(var: &str) -> PathBuf {
     let path = std::env::var_os(var).unwrap_or_else(|| panic!("set {var} to the receiver binary"));
     PathBuf::from(path)
-}
-
-/// Polls `cond` every 50 ms until it holds; panics with `what` at the deadline.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A receiver process writing to `out`; killed (by its own handle) when dropped.
@@ -96,7 +87,7 @@ fn start_rotel(dir: &Path, name: &str, protocol: OtlpProtocol, port: u16) -> Rec
         .arg("--log-file")
         .arg(dir.join(format!("{name}.log")));
     let rotel = spawn(cmd, dir.join(format!("{name}.out")));
-    wait_for("rotel to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
+    wait_until("rotel to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
     rotel
 }
 
@@ -240,7 +231,7 @@ fn http_protobuf_reaches_oteltap_started_after_kiln() {
         .args(["--await-metric", "^vllm:num_requests_running$"]);
     let mut tap = spawn(cmd, dir.path().join("oteltap.out"));
     let mut status = None;
-    wait_for("oteltap to receive vllm:num_requests_running", || {
+    wait_until("oteltap to receive vllm:num_requests_running", || {
         status = tap.child.try_wait().unwrap();
         status.is_some()
     });
@@ -268,7 +259,7 @@ fn both_protocols_deliver_engine_genai_http_and_the_resource() {
         let rotel = start_rotel(dir.path(), &name, protocol, port);
         let t = push(protocol, port, &name, |_| {});
         record(t.instruments.as_ref().unwrap(), 3);
-        wait_for(&format!("{protocol} delivery"), || delivered(&rotel.output()));
+        wait_until(&format!("{protocol} delivery"), || delivered(&rotel.output()));
         let out = rotel.output();
         let export = exports(&out).into_iter().find(|e| e.metric(DELIVERED[0]).is_some());
         let resource = export.map(|e| e.resource).unwrap_or_default();
@@ -311,7 +302,7 @@ fn delta_temporality_sends_what_changed_since_the_last_export() {
         provider.force_flush().unwrap();
         record(instruments, 2);
         provider.force_flush().unwrap();
-        wait_for(&format!("{protocol}: two exports"), || {
+        wait_until(&format!("{protocol}: two exports"), || {
             values(&rotel.output(), "vllm:prompt_tokens").len() >= 2
         });
         let out = rotel.output();
@@ -337,11 +328,11 @@ fn export_resumes_when_the_collector_starts_late_and_restarts() {
         // Collector absent: a failed export, and the reader keeps running.
         t.provider.as_ref().unwrap().force_flush().unwrap();
         let first = start_rotel(dir.path(), &format!("{name}-1"), protocol, port);
-        wait_for(&format!("{protocol}: late delivery"), || delivered(&first.output()));
+        wait_until(&format!("{protocol}: late delivery"), || delivered(&first.output()));
         drop(first);
         // Same port, new process: tonic must drop its dead connection and reconnect.
         let second = start_rotel(dir.path(), &format!("{name}-2"), protocol, port);
-        wait_for(&format!("{protocol}: delivery after restart"), || {
+        wait_until(&format!("{protocol}: delivery after restart"), || {
             delivered(&second.output())
         });
         t.shutdown().unwrap();

@@ -10,6 +10,7 @@ use kiln::server::load_gate::HOLD_LOAD_WHILE_ENV;
 use serde_json::{Value, json};
 
 use crate::common::process::{KilnProcess, Launch};
+use crate::common::wait::wait_for;
 
 fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
@@ -25,15 +26,8 @@ fn probes_are_answered_while_the_model_loads() {
     std::fs::write(&gate, "").expect("gate file");
     let mut kiln = Launch::default().env(HOLD_LOAD_WHILE_ENV, gate.as_os_str()).spawn();
     // The port is bound before the load begins: retry only until it accepts.
-    let mut ready = None;
-    for _ in 0..600 {
-        ready = kiln.ready();
-        if ready.is_some() {
-            break;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(ready, Some(503), "/ready while loading:\n{}", kiln.logs());
+    let ready = wait_for("the port to accept", || kiln.ready().ok_or("no answer yet"));
+    assert_eq!(ready, 503, "/ready while loading:\n{}", kiln.logs());
     let http = client();
     let body: Value = http
         .get(kiln.url("/ready"))

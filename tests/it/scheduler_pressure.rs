@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use kiln::config::Config;
+use kiln::config::{Config, PreemptionMode};
 use kiln::executor::model_runner::ModelRunner;
 use kiln::model::loader::{ModelFiles, open_model};
 use kiln::scheduler::{NewRequest, Scheduler};
@@ -63,19 +63,19 @@ fn outputs_under_a_tiny_kv_budget_equal_outputs_alone_with_recompute_and_with_sw
         .collect();
     let max_tokens = 40;
     let expected = alone(&prompts, max_tokens);
-    for mode in ["recompute", "swap"] {
+    for mode in [PreemptionMode::Recompute, PreemptionMode::Swap] {
         // 24 blocks of 16 tokens: 8 requests of ~50 tokens need ~32 blocks at once.
         let (mut scheduler, mut runner, _) = engine(|c| {
             c.engine.num_gpu_blocks_override = 24;
-            c.engine.preemption_mode = mode.into();
+            c.engine.preemption_mode = mode;
         });
         let run = run_all(&mut scheduler, &mut runner, &prompts, max_tokens);
-        assert!(run.preemptions > 0, "{mode}: the budget should force preemption");
-        if mode == "swap" {
+        assert!(run.preemptions > 0, "{mode:?}: the budget should force preemption");
+        if mode == PreemptionMode::Swap {
             assert!(run.max_swapped > 0, "swap mode should swap");
         }
         for (id, tokens) in &expected {
-            assert_eq!(&run.tokens[id], tokens, "{mode}: {id} differs from its output alone");
+            assert_eq!(&run.tokens[id], tokens, "{mode:?}: {id} differs from its output alone");
         }
         assert_eq!(scheduler.num_block_owners(), 0);
         let stats = scheduler.make_stats();

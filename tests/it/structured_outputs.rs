@@ -386,6 +386,34 @@ fn pathological_regexes_get_400_or_complete_and_nothing_sticks() {
     assert!(metric_value(&text, "kiln_grammar_compile_failures_total", "reason=\"invalid\"").is_some_and(|v| v >= 2.0));
 }
 
+/// `min_tokens` longer than any answer the constraint allows: the grammar's end wins (the
+/// answer stops where the constraint ends), sampled and greedy, on both endpoints.
+#[test]
+fn min_tokens_never_pushes_the_output_outside_its_constraint() {
+    let t = start();
+    let forms = [
+        (json!({"guided_choice": ["yes"]}), ["yes"].as_slice()),
+        (json!({"guided_regex": "(ab|cd)"}), ["ab", "cd"].as_slice()),
+    ];
+    for path in ["/v1/chat/completions", "/v1/completions"] {
+        for (constraint, allowed) in &forms {
+            for sampling in [json!({"n": 4, "seed": 9}), json!({"temperature": 0.0})] {
+                let mut base = json!({"min_tokens": 5, "max_tokens": 10});
+                base.as_object_mut()
+                    .expect("object")
+                    .extend(sampling.as_object().expect("object").clone());
+                let body = body_for(path, base, constraint);
+                let (status, response) = t.post(path, &body);
+                assert_eq!(status, 200, "{body}: {response}");
+                for (text, reason) in choice_texts(&response) {
+                    assert!(allowed.contains(&text.as_str()), "{body} produced {text:?}");
+                    assert_eq!(reason, "stop", "{body}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_constrained_and_a_free_request_share_a_batch() {
     let t = start_tiny(|_| {});

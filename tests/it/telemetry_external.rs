@@ -4,12 +4,12 @@
 //! `KILN_TEST_OTELTAP`.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::common::process::free_port;
 use crate::common::prometheus_server::{PrometheusServer, promtool_check_metrics};
+use crate::common::wait::{wait_for, wait_until};
 use crate::common::{start_tiny, tool};
 
 /// Kills the child when dropped.
@@ -49,12 +49,10 @@ fn a_real_prometheus_scrapes_the_request_and_token_totals() {
         );
         assert_eq!(s, 200);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
     let total = "sum(vllm:request_success_total{job=\"kiln\"})";
-    while promql(&t.client, port, total) != Some(requests as f64) {
-        assert!(Instant::now() < deadline, "Prometheus never saw {requests} requests");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(&format!("Prometheus to see {requests} requests"), || {
+        promql(&t.client, port, total) == Some(requests as f64)
+    });
     assert_eq!(
         promql(&t.client, port, "sum(vllm:generation_tokens_total)"),
         Some((requests * max_tokens) as f64)
@@ -132,14 +130,9 @@ fn a_running_kiln_pushes_engine_genai_and_http_metrics_over_otlp() {
                 .spawn()
                 .expect("oteltap"),
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = tap.0.try_wait().expect("wait") {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "{pattern} never arrived over OTLP");
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let status = wait_for(&format!("{pattern} over OTLP"), || {
+            tap.0.try_wait().expect("wait").ok_or("oteltap still waiting")
+        });
         assert!(status.success(), "oteltap exited with {status} waiting for {pattern}");
     }
 }

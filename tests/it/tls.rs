@@ -12,6 +12,7 @@ use crate::common::pki::{HttpsClient, Pki};
 use crate::common::process::{KilnProcess, Launch, free_port};
 use crate::common::prometheus_server::PrometheusServer;
 use crate::common::tool;
+use crate::common::wait::wait_until;
 
 const KEY: &str = "sk-tls-test-5be1";
 
@@ -111,12 +112,10 @@ fn the_openai_client_and_prometheus_work_over_https_and_plain_http_fails_cleanly
             .ok()?;
         resp["data"]["result"][0]["value"][1].as_str()?.parse().ok()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
     // The python checks ran 2 successful requests (one completion, one chat).
-    while query("sum(vllm:request_success_total{job=\"kiln\"})").is_none_or(|v| v < 2.0) {
-        assert!(Instant::now() < deadline, "Prometheus never scraped kiln over https");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until("Prometheus to scrape kiln over https", || {
+        query("sum(vllm:request_success_total{job=\"kiln\"})").is_some_and(|v| v >= 2.0)
+    });
     assert_eq!(query("up{job=\"kiln\"}"), Some(1.0));
 }
 

@@ -3,11 +3,10 @@
 //! receiver, while the real Prometheus (exemplar storage on) scrapes kiln's OpenMetrics. The
 //! trace id Prometheus returns for the TTFT bucket is the one rotel received.
 
-use std::time::{Duration, Instant};
-
 use serde_json::json;
 
 use crate::common::prometheus_server::PrometheusServer;
+use crate::common::wait::wait_for;
 use crate::traces::{Rotel, chat, kiln_to, spans_of};
 
 #[test]
@@ -30,21 +29,17 @@ fn a_ttft_bucket_in_prometheus_links_to_the_trace_rotel_received() {
 
     // Prometheus scraped kiln (OpenMetrics) and stored the TTFT bucket's exemplar: the same
     // trace id, and the span id of the span rotel received.
-    let deadline = Instant::now() + Duration::from_secs(60);
     let query = "vllm:time_to_first_token_seconds_bucket";
-    loop {
+    wait_for(&format!("an exemplar with trace {trace_id} for {query}"), || {
         let ids: Vec<String> = prometheus
             .query_exemplars(&kiln.client, query)
             .into_iter()
             .filter_map(|(_, e)| e["labels"]["trace_id"].as_str().map(str::to_owned))
             .collect();
         if ids.iter().any(|id| id == trace_id) {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{ids:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "no exemplar with trace {trace_id} for {query}: {ids:?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    });
 }

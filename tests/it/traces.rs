@@ -12,17 +12,7 @@ use serde_json::{Value, json};
 
 use crate::common::process::{KilnProcess, Launch, free_port};
 use crate::common::tool;
-
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// Polls `cond` every 50 ms until it holds; panics with `what` at the deadline.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use crate::common::wait::wait_until;
 
 /// rotel printing the spans it receives; killed when dropped.
 pub(crate) struct Rotel {
@@ -52,7 +42,7 @@ impl Rotel {
             .spawn()
             .unwrap();
         let port = if grpc { grpc_port } else { http_port };
-        wait_for("rotel to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
+        wait_until("rotel to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
         Self { child, out, port }
     }
 
@@ -153,7 +143,7 @@ fn parse_spans(output: &str) -> Vec<Span> {
 
 pub(crate) fn spans_of(rotel: &Rotel, trace_id: &str, count: usize) -> Vec<Span> {
     let mut found = Vec::new();
-    wait_for(&format!("{count} spans of trace {trace_id}"), || {
+    wait_until(&format!("{count} spans of trace {trace_id}"), || {
         found = parse_spans(&rotel.output())
             .into_iter()
             .filter(|s| s.trace_id == trace_id)
@@ -368,7 +358,7 @@ fn a_dead_collector_costs_serving_nothing_and_counts_failed_exports() {
             body,
         );
     }
-    wait_for("a failed export to be counted", || {
+    wait_until("a failed export to be counted", || {
         sample(&scrape(&kiln), failures) >= 1.0
     });
     assert_eq!(

@@ -4,12 +4,13 @@
 //! Needs `KILN_TEST_PROMETHEUS` (set by `.ci/run`) and the shared folder (`KILN_SHARED_DIR`).
 
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
 use crate::common::prometheus_server::PrometheusServer;
+use crate::common::wait::wait_for;
 use crate::common::{Tiny, start_fake};
 
 /// Families of features kiln does not have (the shared README's list); a panel that reads
@@ -92,20 +93,16 @@ fn instant_query(t: &Tiny, port: u16, query: &str) -> Value {
 
 /// Waits until Prometheus (perhaps still starting) has scraped `want` finished requests.
 fn wait_for_scraped_requests(t: &Tiny, port: u16, want: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
     let query = "sum(vllm:request_success_total{job=\"kiln\"})";
-    loop {
+    wait_for(&format!("Prometheus to see {want} requests"), || {
         let seen =
             try_query(t, port, query).and_then(|v| v["data"]["result"][0]["value"][1].as_str()?.parse::<f64>().ok());
         if seen == Some(want as f64) {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus saw {seen:?} requests, not {want}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
 }
 
 /// One round of traffic: completions sharing a long prefix (prefix-cache hits), a chat, a

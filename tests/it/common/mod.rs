@@ -5,9 +5,10 @@
 pub mod pki;
 pub mod process;
 pub mod prometheus_server;
+pub mod wait;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln::config::Config;
 use kiln::executor::fake::{FakeBehaviour, FakeExecutor};
@@ -116,7 +117,7 @@ impl Tiny {
 
     /// Polls `/load` until `done` holds; panics at the deadline with the last load seen.
     pub fn wait_for_load(&self, done: impl Fn(&Value) -> bool) -> Value {
-        poll_until(
+        fetch_until(
             "/load",
             || serde_json::from_str(&self.get_text("/load").1).expect("load json"),
             done,
@@ -127,26 +128,16 @@ impl Tiny {
 /// Scrapes until `done` holds (the stats actor records asynchronously); panics at the
 /// deadline with the last exposition seen.
 pub fn scrape_until(t: &Tiny, done: impl Fn(&str) -> bool) -> String {
-    poll_until("/metrics", || t.get_text("/metrics").1, |text: &String| done(text))
+    fetch_until("/metrics", || t.get_text("/metrics").1, |text: &String| done(text))
 }
 
-/// How long a polled condition may take to hold before the test fails.
-const POLL_DEADLINE: Duration = Duration::from_secs(30);
-
-/// Fetches `what` until `done` holds (a condition wait, bounded); panics at the deadline
-/// with the last value seen, so a condition that never holds fails the test where it waits.
-fn poll_until<T: std::fmt::Display>(what: &str, mut fetch: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
-    let deadline = Instant::now() + POLL_DEADLINE;
-    loop {
+/// Fetches `what` until `done` holds (see [`wait::wait_for`]); panics at the deadline with
+/// the last value seen, so a condition that never holds fails the test where it waits.
+fn fetch_until<T: std::fmt::Display>(what: &str, mut fetch: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
+    wait::wait_for(what, || {
         let value = fetch();
-        if done(&value) {
-            return value;
-        }
-        if Instant::now() > deadline {
-            panic!("{what} did not reach the awaited state within {POLL_DEADLINE:?}; last seen:\n{value}");
-        }
-        std::thread::yield_now();
-    }
+        if done(&value) { Ok(value) } else { Err(value) }
+    })
 }
 
 /// The value of a metric series in Prometheus text (first line whose series matches).

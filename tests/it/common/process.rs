@@ -6,12 +6,12 @@ use std::fs::File;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln::testing::{TinyModelSpec, write_tiny_model};
 
 use super::pki::HttpsClient;
+use super::wait::{wait_for, wait_for_within};
 
 /// A `kiln serve` process on a freshly written tiny model, logging to a file.
 pub struct KilnProcess {
@@ -146,17 +146,18 @@ impl KilnProcess {
     }
 
     pub fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.ready() != Some(200) {
-            assert!(Instant::now() < deadline, "kiln never became ready:\n{}", self.logs());
+        wait_for("kiln to become ready", || {
+            if self.ready() == Some(200) {
+                return Ok(());
+            }
             let exited = self.child.try_wait().expect("try_wait");
             assert!(
                 exited.is_none(),
                 "kiln exited while starting ({exited:?}):\n{}",
                 self.logs()
             );
-            thread::sleep(Duration::from_millis(50));
-        }
+            Err(self.logs())
+        });
     }
 
     pub fn sigterm(&self) {
@@ -168,14 +169,9 @@ impl KilnProcess {
     }
 
     pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "kiln did not exit:\n{}", self.logs());
-            thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_within("kiln to exit", within, || {
+            self.child.try_wait().expect("try_wait").ok_or_else(|| self.logs())
+        })
     }
 
     /// Resident memory, from `/proc/PID/status`.

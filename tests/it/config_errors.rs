@@ -1,0 +1,58 @@
+//! A bad setting stops `kiln serve` at once, before the model loads (the log never reaches
+//! "loading"), with a message naming the flag or variable: the real binary, as an operator
+//! runs it.
+
+use std::time::{Duration, Instant};
+
+use crate::common::process::Launch;
+
+/// Longest a refused configuration may take to end the process: loose for a loaded 2-CPU
+/// machine (the refusals measured here take well under a second).
+const EXIT_BOUND: Duration = Duration::from_secs(10);
+
+fn with_args(args: &[&str]) -> Launch {
+    Launch {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Launch::default()
+    }
+}
+
+#[test]
+fn bad_settings_stop_the_process_before_the_model_loads_naming_the_setting() {
+    let cases = [
+        (
+            "a metric prefix that starts with a digit",
+            with_args(&["--engine-prefix", "1x_"]),
+            "--engine-prefix",
+        ),
+        (
+            "an unknown traces sampler in the environment",
+            with_args(&["--otlp-traces-endpoint", "http://127.0.0.1:9/v1/traces"]).env("OTEL_TRACES_SAMPLER", "bogus"),
+            "OTEL_TRACES_SAMPLER",
+        ),
+        (
+            "a preemption mode that does not exist",
+            with_args(&["--preemption-mode", "sometimes"]),
+            "--preemption-mode",
+        ),
+        (
+            "a KV cache size that is not a size",
+            with_args(&["--kv-cache-memory", "lots"]),
+            "kv_cache_memory",
+        ),
+    ];
+    for (what, launch, named) in cases {
+        let started = Instant::now();
+        let mut kiln = launch.spawn();
+        let status = kiln.wait_exit(EXIT_BOUND);
+        let took = started.elapsed();
+        let logs = kiln.logs();
+        assert!(!status.success(), "{what}: exited with {status}\n{logs}");
+        assert!(logs.contains(named), "{what}: the message names {named}:\n{logs}");
+        assert!(
+            !logs.contains("loading; probes answered"),
+            "{what}: refused only once loading had begun:\n{logs}"
+        );
+        eprintln!("{what}: refused in {took:?}");
+    }
+}
