@@ -114,7 +114,7 @@ pub struct CompletionRequest {
     #[serde(default)]
     pub stream: Option<bool>,
     /// Only with `stream: true`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
     pub stream_options: Option<StreamOptions>,
     /// Number of top logprobs per token (`0` = only the sampled token).
     #[serde(default)]
@@ -339,7 +339,7 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub stream: Option<bool>,
     /// Only with `stream: true`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::structured::optional_object")]
     pub stream_options: Option<StreamOptions>,
     #[serde(default)]
     pub stop: Option<StopInput>,

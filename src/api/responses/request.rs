@@ -92,6 +92,12 @@ impl ResponsesRequest {
                 "this server keeps no responses (`store` is off): send the whole conversation in `input`",
             ));
         }
+        let objects = [("metadata", self.metadata.as_ref()), ("text", self.text.as_ref())];
+        for (field, value) in objects {
+            if value.is_some_and(|v| !v.is_object() && !v.is_null()) {
+                return Err(ApiError::invalid(field, format!("`{field}` must be an object")));
+            }
+        }
         if self.max_output_tokens == Some(0) {
             return Err(ApiError::invalid(
                 "max_output_tokens",
@@ -250,6 +256,9 @@ fn chat_tools(tools: &[Value]) -> Result<Vec<Value>, ApiError> {
         .iter()
         .enumerate()
         .map(|(i, tool)| {
+            if !tool.is_object() {
+                return Err(ApiError::invalid(format!("tools[{i}]"), "a tool must be an object"));
+            }
             let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
             if kind != "function" {
                 return Err(ApiError::invalid(
