@@ -106,6 +106,9 @@ pub struct ServeArgs {
     /// Kernel send buffer of each client connection in bytes (0: kernel autotuning).
     #[arg(long, env = "KILN_SEND_BUFFER_BYTES")]
     pub send_buffer_bytes: Option<usize>,
+    /// HTTP worker threads (0: one per CPU the process may use).
+    #[arg(long, env = "KILN_HTTP_WORKERS")]
+    pub http_workers: Option<usize>,
     /// Most sequences one body may start (prompts × n).
     #[arg(long, env = "KILN_MAX_CHOICES_PER_REQUEST")]
     pub max_choices_per_request: Option<usize>,
@@ -241,6 +244,7 @@ impl ServeArgs {
         set(&mut c.server.request_body_timeout_s, &self.request_body_timeout);
         set(&mut c.server.stream_stall_timeout_s, &self.stream_stall_timeout);
         set(&mut c.server.send_buffer_bytes, &self.send_buffer_bytes);
+        set(&mut c.server.http_workers, &self.http_workers);
         set(&mut c.limits.max_choices_per_request, &self.max_choices_per_request);
         set(&mut c.limits.max_stop_bytes, &self.max_stop_bytes);
         set(&mut c.limits.max_stop_token_ids, &self.max_stop_token_ids);

@@ -55,6 +55,18 @@ pub struct ServerConfig {
     /// Kernel send buffer of each client connection in bytes (0: the kernel's autotuning, up
     /// to its `tcp_wmem` maximum). Bounds what a client that stops reading can pile up.
     pub send_buffer_bytes: usize,
+    /// HTTP worker threads; 0: one per CPU the process may use.
+    pub http_workers: usize,
+}
+
+impl ServerConfig {
+    /// The HTTP worker count: the configured one, else one per CPU the process may use.
+    pub fn http_workers(&self) -> usize {
+        if self.http_workers > 0 {
+            return self.http_workers;
+        }
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -192,6 +204,7 @@ impl Default for ServerConfig {
             request_body_timeout_s: 30.0,
             stream_stall_timeout_s: 30.0,
             send_buffer_bytes: 0,
+            http_workers: 0,
         }
     }
 }

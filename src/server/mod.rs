@@ -248,7 +248,7 @@ pub async fn start_on<E: Executor>(
             .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
             .wrap(crate::api::cors::cors(&cors))
     })
-    .workers(2)
+    .workers(config.server.http_workers())
     // kiln drains on SIGTERM/SIGINT itself (`lifecycle::drain_on_signal`); actix's own
     // handling would stop the whole actix system.
     .disable_signals()

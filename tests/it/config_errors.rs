@@ -1,6 +1,6 @@
-//! A bad setting stops `kiln serve` at once, before the model loads (the log never reaches
-//! "loading"), with a message naming the flag or variable: the real binary, as an operator
-//! runs it.
+//! Settings as the real binary reads them, as an operator runs it: a bad one stops `kiln
+//! serve` at once, before the model loads (the log never reaches "loading"), with a message
+//! naming the flag or variable; a good one takes effect.
 
 use std::time::{Duration, Instant};
 
@@ -55,4 +55,15 @@ fn bad_settings_stop_the_process_before_the_model_loads_naming_the_setting() {
         );
         eprintln!("{what}: refused in {took:?}");
     }
+}
+
+#[test]
+fn the_http_worker_count_comes_from_the_flag() {
+    let kiln = with_args(&["--kv-cache-memory", "64MiB", "--http-workers", "3"]).start();
+    let logs = kiln.logs();
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("starting service") && l.contains("workers: 3")),
+        "{logs}"
+    );
 }
