@@ -26,7 +26,7 @@ use crate::model::weights::{LoadOptions, build_model};
 use crate::model::{Backend, default_device};
 use crate::scheduler::SchedulerConfig;
 use crate::stats::step_cost::StepCostModel;
-use crate::tokenizer::token_id_bound;
+use crate::tokenizer::{adds_bos, token_id_bound};
 
 /// The configured model path, or the default model (fetched on first use).
 pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {
@@ -181,7 +181,7 @@ pub fn prepare_engine<E: Executor>(
         tokenizer: &files.tokenizer,
         bos: special.bos,
         eos: special.eos,
-        add_bos: special.add_bos,
+        add_bos: adds_bos(&files.tokenizer),
         chat_template: &template_source,
         max_model_len,
     });
