@@ -17,7 +17,7 @@ use super::limits::{PromptSize, check_limits};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
 use super::prompt::{ParamNames, check_prompt};
 use super::request_log::{RequestLog, RequestRecord};
-use super::sse::{ChunkFormat, PromptUsage, sse_response};
+use super::sse::{ChunkFormat, PromptUsage, UsageChunks, sse_response};
 use super::structured_output::{ConstraintFields, apply_constraint_fields, compile_constraint};
 use super::validation::check_logit_bias_ids;
 use super::{AppState, ServedModel, unix_now};
@@ -33,16 +33,6 @@ pub enum Delivery {
     Whole,
     /// Server-sent events as tokens arrive, with a closing usage chunk when asked.
     Stream(UsageChunks),
-}
-
-/// Where a stream reports usage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct UsageChunks {
-    /// A closing chunk with the body's usage (`include_usage`).
-    pub closing: bool,
-    /// Every chunk with its choice's usage so far (vLLM's `continuous_usage_stats`, which
-    /// counts only with `include_usage`, as in vLLM).
-    pub continuous: bool,
 }
 
 impl Delivery {

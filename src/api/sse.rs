@@ -13,7 +13,6 @@ use serde::Serialize;
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, ChoiceStream, cached_prompt_tokens};
 use super::openai_types::Usage;
-use super::pipeline::UsageChunks;
 use super::stall_watch::watch_stalls;
 
 /// The stream terminator OpenAI clients wait for.
@@ -142,4 +141,14 @@ mod tests {
         assert_eq!(&sse_data(&json!({"a": 1}))[..], b"data: {\"a\":1}\n\n");
         assert_eq!(&sse_done()[..], b"data: [DONE]\n\n");
     }
+}
+
+/// Where a stream reports usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UsageChunks {
+    /// A closing chunk with the body's usage (`include_usage`).
+    pub closing: bool,
+    /// Every chunk with its choice's usage so far (vLLM's `continuous_usage_stats`, which
+    /// counts only with `include_usage`, as in vLLM).
+    pub continuous: bool,
 }

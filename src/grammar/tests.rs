@@ -156,8 +156,9 @@ async fn compiling_waits_for_a_slot_and_gives_up_at_the_timeout() {
     assert!(outcome.compile_seconds.is_some());
 }
 
-/// A JSON schema whose compile takes about a second per level past 12 here: `anyOf`s nested
-/// `depth` deep, each level doubling the schema.
+/// A JSON schema whose compile time doubles with each level: `anyOf`s nested `depth` deep,
+/// each level doubling the schema (depth 12: about 0.55 s on an idle Zen 3 core; 13 is past
+/// llguidance's size limit and fails at once as "schema too large").
 fn slow_schema(depth: usize, leaf: &str) -> StructuredOutput {
     let mut schema = format!(r#"{{"type": "{leaf}"}}"#);
     for level in 0..depth {
@@ -169,15 +170,17 @@ fn slow_schema(depth: usize, leaf: &str) -> StructuredOutput {
 #[actix::test]
 async fn a_compile_that_times_out_frees_its_slot_at_once() {
     let compiler = std::sync::Arc::new(tiny_compiler(GrammarLimits {
-        compile_timeout: Duration::from_millis(200),
+        // A quarter of depth 12's compile on an idle machine; a loaded one only widens the gap.
+        compile_timeout: Duration::from_millis(150),
         max_source_bytes: 1 << 20,
         ..GrammarLimits::default()
     }));
-    // Two slow compiles take both slots and time out (each would run on for seconds).
-    let (integers, strings) = (slow_schema(13, "integer"), slow_schema(13, "string"));
+    // Two slow compiles take both slots and time out (each would run on for half a second).
+    let (integers, strings) = (slow_schema(12, "integer"), slow_schema(12, "string"));
     let (first, second) = futures_util::join!(compiler.compile(&integers), compiler.compile(&strings));
     for outcome in [first, second] {
-        assert_eq!(outcome.map(|_| ()).unwrap_err().reason(), "timeout");
+        let error = outcome.map(|_| ()).expect_err("a compile slower than its timeout");
+        assert_eq!(error.reason(), "timeout", "{error}");
     }
     // Their slots are free again, though their threads may still be winding down.
     let outcome = compiler
