@@ -9,6 +9,7 @@ use actix::Addr;
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
+pub use super::choice_parts::{ChoiceEnd, TokenDetail};
 use super::detokenizer::IncrementalDetokenizer;
 use super::errors::ApiError;
 use super::openai_types::RequestMetrics;
@@ -22,24 +23,6 @@ use crate::engine::sampling_params::SamplingParams;
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{FinishReason, Operation, RequestId};
 use crate::scheduler::actor::SchedulerActor;
-
-/// One generated token as the client sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenDetail {
-    /// The token's own text.
-    pub text: String,
-    pub logprob: f32,
-    /// The most likely alternatives, best first.
-    pub top: Vec<(String, f32)>,
-}
-
-/// How a choice ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ChoiceEnd {
-    pub reason: FinishReason,
-    pub usage: TokenUsage,
-    pub timings: RequestIntervals,
-}
 
 /// New text of one choice, its tokens' details (when logprobs were asked), and the end.
 #[derive(Debug, Clone, PartialEq, Default)]

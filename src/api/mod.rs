@@ -4,6 +4,7 @@ pub mod access_log;
 pub mod auth;
 pub mod body_deadline;
 pub mod chat;
+pub mod choice_parts;
 pub mod completions;
 pub mod cors;
 pub mod detokenizer;

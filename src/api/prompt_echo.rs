@@ -5,7 +5,7 @@
 
 use tokenizers::Tokenizer;
 
-use super::generation::TokenDetail;
+use super::choice_parts::TokenDetail;
 use super::openai_types::{PromptLogprob, PromptLogprobMap, finite_logprob};
 use crate::engine::events::{PromptLogprobs, PromptTokenLogprob};
 use crate::engine::sampling_params::SamplingParams;

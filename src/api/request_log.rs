@@ -12,7 +12,7 @@ use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 
-use super::generation::ChoiceEnd;
+use super::choice_parts::ChoiceEnd;
 use crate::engine::timeline::RequestTimeline;
 use crate::traces::Tracer;
 use crate::traces::span::{EngineRequestEnd, RequestSpans};

@@ -7,7 +7,7 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
-use super::device_cache::SlotRun;
+use super::slot_runs::SlotRun;
 use crate::kernels::attention::{HeadShape, SequenceSpan, paged_attention};
 
 /// Backends that can scatter rows into the KV cache.

@@ -7,3 +7,4 @@ pub mod capacity;
 pub mod device_cache;
 pub mod events;
 pub mod residency;
+pub mod slot_runs;

@@ -19,7 +19,8 @@ mod widening;
 mod writer;
 
 pub use dequant::{DequantError, dequantize, quantize};
-pub use reader::{GgufFile, GgufTensor, GgufTensorInfo};
+pub use parse::GgufTensorInfo;
+pub use reader::{GgufFile, GgufTensor};
 pub use types::{GgufValue, GgufValueType};
 pub use writer::GgufWriter;
 

@@ -3,12 +3,30 @@
 //! huge allocation.
 
 use super::dequant::byte_size;
-use super::reader::GgufTensorInfo;
 use super::types::{GgufValue, GgufValueType};
 use super::{DEFAULT_ALIGNMENT, GgufError};
 use crate::kernels::GgmlType;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+
+/// Where one tensor lives and what it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufTensorInfo {
+    pub name: String,
+    /// Row-major, outermost dimension first (the reverse of ggml's `ne`).
+    pub shape: Vec<usize>,
+    pub ty: GgmlType,
+    /// Offset from the start of the data section, as stored in the file.
+    pub offset: u64,
+    /// Size of the tensor's data in bytes.
+    pub size_bytes: u64,
+}
+
+impl GgufTensorInfo {
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
 
 /// ggml's `GGML_MAX_DIMS`: llama.cpp rejects tensors with more dimensions.
 const MAX_DIMS: u32 = 4;

@@ -2,32 +2,12 @@
 
 use super::GgufError;
 use super::dequant::{DequantError, dequantize};
-use super::parse::parse_header;
+use super::parse::{GgufTensorInfo, parse_header};
 use super::types::GgufValue;
-use crate::kernels::GgmlType;
 use memmap2::Mmap;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-
-/// Where one tensor lives and what it is.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GgufTensorInfo {
-    pub name: String,
-    /// Row-major, outermost dimension first (the reverse of ggml's `ne`).
-    pub shape: Vec<usize>,
-    pub ty: GgmlType,
-    /// Offset from the start of the data section, as stored in the file.
-    pub offset: u64,
-    /// Size of the tensor's data in bytes.
-    pub size_bytes: u64,
-}
-
-impl GgufTensorInfo {
-    pub fn n_elements(&self) -> usize {
-        self.shape.iter().product()
-    }
-}
 
 /// A dequantised tensor.
 #[derive(Debug, Clone, PartialEq)]
