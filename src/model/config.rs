@@ -87,11 +87,6 @@ impl ModelConfig {
         self.num_heads * self.head_dim
     }
 
-    /// Query heads per KV head (grouped-query attention).
-    pub fn group_size(&self) -> usize {
-        self.num_heads / self.num_kv_heads
-    }
-
     /// Bytes of K and V for one token across all layers at `bytes_per_value`.
     pub fn kv_bytes_per_token(&self, bytes_per_value: usize) -> usize {
         2 * self.num_layers * self.kv_dim() * bytes_per_value
