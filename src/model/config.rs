@@ -236,20 +236,26 @@ fn default_max_positions() -> usize {
     2048
 }
 
+/// Tests: the smallest `config.json` that parses, with `extra`'s keys added or replaced.
+#[cfg(test)]
+pub(crate) fn minimal_hf_config(extra: serde_json::Value) -> HfConfig {
+    let mut config = serde_json::json!({
+        "vocab_size": 32, "hidden_size": 8, "intermediate_size": 16,
+        "num_hidden_layers": 1, "num_attention_heads": 2,
+    });
+    config
+        .as_object_mut()
+        .expect("an object")
+        .extend(extra.as_object().expect("an object").clone());
+    serde_json::from_value(config).expect("parses")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(rope: serde_json::Value) -> HfConfig {
-        let mut config = serde_json::json!({
-            "vocab_size": 32, "hidden_size": 8, "intermediate_size": 16,
-            "num_hidden_layers": 1, "num_attention_heads": 2,
-        });
-        config
-            .as_object_mut()
-            .unwrap()
-            .extend(rope.as_object().unwrap().clone());
-        serde_json::from_value(config).expect("parses")
+        minimal_hf_config(rope)
     }
 
     #[test]

@@ -175,15 +175,7 @@ mod tests {
     use super::*;
 
     fn hf(extra: serde_json::Value) -> HfConfig {
-        let mut config = serde_json::json!({
-            "vocab_size": 32, "hidden_size": 8, "intermediate_size": 16,
-            "num_hidden_layers": 1, "num_attention_heads": 2,
-        });
-        config
-            .as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        serde_json::from_value(config).expect("parses")
+        crate::model::config::minimal_hf_config(extra)
     }
 
     #[test]
