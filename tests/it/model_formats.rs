@@ -3,19 +3,16 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
+use crate::common::first_logits::first_logits;
 use kiln::config::Config;
-use kiln::engine::sampling_params::SamplingParams;
-use kiln::engine::types::Operation;
 use kiln::model::gguf::{GgufFile, GgufValue, GgufWriter};
 use kiln::model::loader::open_model;
 use kiln::model::projection::Projection;
 use kiln::model::sources::hf_name_to_gguf;
 use kiln::model::weights::{HostTensor, LoadOptions, build_model, unpermute_rows};
 use kiln::model::{Backend, default_device};
-use kiln::scheduler::{NewRequest, Scheduler};
 use kiln::server::prepare_model;
 use kiln::testing::{TinyModelSpec, direct_engine, greedy_request, run_to_completion, write_tiny_model};
 
@@ -23,30 +20,6 @@ use kiln::testing::{TinyModelSpec, direct_engine, greedy_request, run_to_complet
 /// GGUF side multiplies its Q8_0/Q4_x projections with the packed CPU kernel and the folder
 /// side with burn's matmul, so only the f32 summation order differs.
 const TOLERANCE: f32 = 1e-5;
-
-fn first_logits(model: &Path, prompt: &[u32]) -> Vec<f32> {
-    let mut config = Config::default();
-    config.model.path = model.display().to_string();
-    config.engine.kv_cache_memory = "8MiB".into();
-    let prepared = prepare_model(&config, open_model(model).expect("open")).expect("prepare");
-    let mut runner = prepared.executor;
-    let mut scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
-    let request = NewRequest {
-        id: "r".into(),
-        prompt_token_ids: prompt.to_vec(),
-        params: Arc::new(SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        }),
-        seed: None,
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-        trace: None,
-    };
-    scheduler.add(request, Instant::now()).expect("admitted");
-    let batch = scheduler.schedule(Instant::now());
-    runner.logits(&batch)
-}
 
 /// Rewrites a GGUF model as a Hugging Face folder: config.json, model.safetensors
 /// (Q/K rows un-permuted, HF names), tokenizer.json.
@@ -126,8 +99,8 @@ fn gguf_and_hugging_face_folders_give_the_same_logits() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (gguf, hf) = tiny_model_in_both_formats(dir.path());
     let prompt = [5, 80, 81, 90, 100, 3, 7];
-    let a = first_logits(&gguf, &prompt);
-    let b = first_logits(&hf, &prompt);
+    let a = first_logits(&gguf, false, &prompt);
+    let b = first_logits(&hf, false, &prompt);
     assert_eq!(a.len(), b.len());
     let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
     assert!(worst <= TOLERANCE, "max |Δlogit| {worst}");
@@ -284,6 +257,7 @@ fn a_gguf_with_linear_rope_scaling_changes_the_logits_and_factor_one_does_not() 
     let plain_dir = tempfile::tempdir().expect("tempdir");
     let plain = first_logits(
         &write_tiny_model(plain_dir.path(), TinyModelSpec::default()).expect("tiny"),
+        false,
         &prompt,
     );
     let scaled = |factor: f32| {
@@ -295,7 +269,7 @@ fn a_gguf_with_linear_rope_scaling_changes_the_logits_and_factor_one_does_not() 
                 ("llama.rope.scaling.factor", GgufValue::F32(factor)),
             ],
         );
-        first_logits(&path, &prompt)
+        first_logits(&path, false, &prompt)
     };
     assert_eq!(scaled(1.0), plain);
     let worst = scaled(4.0)

@@ -3,18 +3,11 @@
 //! the same file with every weight widened to f32 (`--dequantize-weights`).
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Instant;
 
+use crate::common::first_logits::first_logits;
 use half::f16;
-use kiln::config::Config;
-use kiln::engine::sampling_params::SamplingParams;
-use kiln::engine::types::Operation;
 use kiln::kernels::GgmlType;
 use kiln::model::gguf::{GgufFile, GgufWriter};
-use kiln::model::loader::open_model;
-use kiln::scheduler::{NewRequest, Scheduler};
-use kiln::server::prepare_model;
 use kiln::testing::{TinyModelSpec, write_tiny_model};
 
 /// Largest |Δlogit| allowed: the weights are the same values (Q4_K's packed `q * scale + min`
@@ -75,31 +68,6 @@ fn rewrite(src: &Path, dst: &Path, replace: &[(&str, GgmlType)]) {
         w.add_tensor_raw(&info.name, &info.shape, ty, bytes).expect("tensor");
     }
     w.write_to(dst).expect("write");
-}
-
-fn first_logits(model: &Path, dequantize_weights: bool, prompt: &[u32]) -> Vec<f32> {
-    let mut config = Config::default();
-    config.model.path = model.display().to_string();
-    config.model.dequantize_weights = dequantize_weights;
-    config.engine.kv_cache_memory = "8MiB".into();
-    let prepared = prepare_model(&config, open_model(model).expect("open")).expect("prepare");
-    let mut runner = prepared.executor;
-    let mut scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
-    let request = NewRequest {
-        id: "r".into(),
-        prompt_token_ids: prompt.to_vec(),
-        params: Arc::new(SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        }),
-        seed: None,
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-        trace: None,
-    };
-    scheduler.add(request, Instant::now()).expect("admitted");
-    let batch = scheduler.schedule(Instant::now());
-    runner.logits(&batch)
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod first_logits;
 pub mod pki;
 pub mod process;
 pub mod prometheus_server;
