@@ -57,6 +57,10 @@ macro_rules! tiles {
     };
 }
 
+/// [`tile`] for a tile of `n` tokens.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `n` is 1 to 8 and the arguments meet [`tile`]'s bounds.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
     // SAFETY: forwarded from the caller.
@@ -64,6 +68,10 @@ unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usi
 }
 
 /// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `row` is a row of `w`, `x` holds tokens `t0 .. t0 + N` of
+/// `w.cols` values each, and `out` holds at least `N` values.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile<const N: usize, const NIBBLES: bool>(
     w: &PackedMatrix,
@@ -99,6 +107,9 @@ unsafe fn tile<const N: usize, const NIBBLES: bool>(
 }
 
 /// A 4-bit block as four vectors of eight: `q * scale + min`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
@@ -120,6 +131,9 @@ unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
 }
 
 /// An 8-bit block as four vectors of eight: `q * scale`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn bytes(w: &PackedMatrix, block: usize) -> [__m256; 4] {
