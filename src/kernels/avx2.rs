@@ -61,6 +61,10 @@ macro_rules! tiles {
     };
 }
 
+/// [`tile`] for a tile of `n` tokens.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `n` is 1 to 8 and the arguments meet [`tile`]'s bounds.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
     // SAFETY: forwarded from the caller.
@@ -68,6 +72,10 @@ unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usi
 }
 
 /// `out[t] = x[t0 + t] · W[row]` for `t < N`, `W` in the format coded `FORMAT`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `row` is a row of `w`, `x` holds tokens `t0 .. t0 + N` of
+/// `w.cols` values each, and `out` holds at least `N` values.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile<const N: usize, const FORMAT: u8>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
@@ -97,6 +105,9 @@ unsafe fn tile<const N: usize, const FORMAT: u8>(w: &PackedMatrix, row: usize, x
 }
 
 /// A 4-bit block as four vectors of eight: `q * scale + min`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
@@ -124,6 +135,9 @@ const HALF_SCALED_BYTES: u8 = 2;
 const OFFSET_BYTES: u8 = 3;
 
 /// A block in the format coded `FORMAT` as four vectors of eight.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__m256; 4] {
@@ -155,6 +169,9 @@ unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__
 }
 
 /// A byte block's 32 signed values as four vectors of eight, unscaled.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn byte_vectors(w: &PackedMatrix, block: usize) -> [__m256; 4] {

@@ -56,6 +56,10 @@ macro_rules! tiles {
     };
 }
 
+/// [`tile`] for a tile of `n` tokens.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `n` is 1 to 8 and the arguments meet [`tile`]'s bounds.
 #[target_feature(enable = "avx512f")]
 unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
     // SAFETY: forwarded from the caller.
@@ -63,6 +67,10 @@ unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usi
 }
 
 /// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `row` is a row of `w`, `x` holds tokens `t0 .. t0 + N` of
+/// `w.cols` values each, and `out` holds at least `N` values.
 #[target_feature(enable = "avx512f")]
 unsafe fn tile<const N: usize>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
@@ -127,6 +135,9 @@ unsafe fn one_token_rows(w: &PackedMatrix, x: &[f32], rows: Range<usize>, out: &
 }
 
 /// A block's 32 values as two vectors of sixteen.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {

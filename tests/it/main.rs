@@ -29,6 +29,7 @@ mod openai_client;
 mod openapi;
 mod otlp_export_health;
 mod otlp_push;
+mod output_processing;
 mod overload;
 mod process_lifecycle;
 mod prompt_bos;
