@@ -4,6 +4,7 @@
 mod bytes;
 pub mod cli;
 pub mod kv_events;
+pub mod scheduler;
 pub mod security;
 mod security_args;
 
@@ -14,6 +15,7 @@ use serde::Deserialize;
 
 pub use bytes::parse_bytes;
 pub use kv_events::KvEventsConfig;
+pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
 pub use security_args::SecurityArgs;
 
@@ -29,6 +31,7 @@ pub struct Config {
     pub security: SecurityConfig,
     pub telemetry: TelemetrySettings,
     pub kv_events: KvEventsConfig,
+    pub scheduler: SchedulerSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -417,6 +420,7 @@ impl Config {
         self.traces(|_| None)?;
         self.security.validate()?;
         self.kv_events.validate()?;
+        self.scheduler.validate()?;
         Ok(())
     }
 

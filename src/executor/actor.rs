@@ -91,9 +91,10 @@ impl<E: Executor> ExecutorActor<E> {
         self.previous_samples.clear();
         let batch: Arc<SchedulerOutput> = resolved?;
         self.executor.checkpoint(StepStage::Execute, &batch);
-        let output = self.executor.execute(&batch)?;
+        let mut output = self.executor.execute(&batch)?;
         self.executor.checkpoint(StepStage::AfterExecute, &batch);
         self.previous_samples.record(&batch, &output);
+        output.step_seconds = start.elapsed().as_secs_f64();
         tracing::debug!(
             sequences = batch.sequences.len(),
             tokens = batch.num_tokens(),

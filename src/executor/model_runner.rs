@@ -144,6 +144,7 @@ impl Executor for ModelRunner {
             grammar_mask_seconds,
             prompt_logprobs,
             grammar_failures,
+            step_seconds: 0.0,
         })
     }
 
