@@ -77,6 +77,18 @@ pub struct ServeArgs {
     pub max_num_batched_tokens: Option<usize>,
     #[arg(long, env = "KILN_MAX_MODEL_LEN")]
     pub max_model_len: Option<usize>,
+    /// Predicted wall time one engine step may take, in ms (0: no time budget).
+    #[arg(long, env = "KILN_MAX_STEP_MS")]
+    pub max_step_ms: Option<f64>,
+    /// Prompts prefilled side by side in one step.
+    #[arg(long, env = "KILN_MAX_NUM_PARTIAL_PREFILLS")]
+    pub max_num_partial_prefills: Option<usize>,
+    /// Long prompts prefilled side by side in one step.
+    #[arg(long, env = "KILN_MAX_LONG_PARTIAL_PREFILLS")]
+    pub max_long_partial_prefills: Option<usize>,
+    /// Prompts with more tokens left than this are long (0: 4% of max_model_len).
+    #[arg(long, env = "KILN_LONG_PREFILL_TOKEN_THRESHOLD")]
+    pub long_prefill_token_threshold: Option<usize>,
     /// Requests allowed to wait before new ones get 429.
     #[arg(long, env = "KILN_MAX_WAITING")]
     pub max_waiting: Option<usize>,
@@ -263,6 +275,19 @@ impl ServeArgs {
         set(&mut c.engine.max_num_seqs, &self.max_num_seqs);
         set(&mut c.engine.max_num_batched_tokens, &self.max_num_batched_tokens);
         set(&mut c.engine.max_model_len, &self.max_model_len);
+        set(&mut c.scheduler.max_step_ms, &self.max_step_ms);
+        set(
+            &mut c.scheduler.max_num_partial_prefills,
+            &self.max_num_partial_prefills,
+        );
+        set(
+            &mut c.scheduler.max_long_partial_prefills,
+            &self.max_long_partial_prefills,
+        );
+        set(
+            &mut c.scheduler.long_prefill_token_threshold,
+            &self.long_prefill_token_threshold,
+        );
         set(&mut c.engine.max_waiting, &self.max_waiting);
         set(&mut c.engine.preemption_mode, &self.preemption_mode);
         set(&mut c.engine.swap_space_gib, &self.swap_space);

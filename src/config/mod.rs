@@ -5,6 +5,7 @@ mod bytes;
 mod choices;
 pub mod cli;
 pub mod kv_events;
+pub mod scheduler;
 pub mod security;
 mod security_args;
 
@@ -16,6 +17,7 @@ use serde::Deserialize;
 pub use bytes::parse_bytes;
 pub use choices::{CpuKernels, PreemptionMode, ToolCallParser};
 pub use kv_events::KvEventsConfig;
+pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
 pub use security_args::SecurityArgs;
 
@@ -31,6 +33,7 @@ pub struct Config {
     pub security: SecurityConfig,
     pub telemetry: TelemetrySettings,
     pub kv_events: KvEventsConfig,
+    pub scheduler: SchedulerSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -400,6 +403,7 @@ impl Config {
         self.traces(|_| None)?;
         self.security.validate()?;
         self.kv_events.validate()?;
+        self.scheduler.validate()?;
         Ok(())
     }
 

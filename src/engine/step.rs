@@ -80,6 +80,9 @@ pub struct ModelOutput {
     /// Constrained sequences whose matcher failed this step, with its error: they end
     /// failed rather than with a token sampled under a broken mask.
     pub grammar_failures: Vec<(RequestId, String)>,
+    /// Wall time the executor spent on the step (filled in by the executor actor): the
+    /// step-duration histogram and the scheduler's step-time model learn from it.
+    pub step_seconds: f64,
 }
 
 /// Run one step.

@@ -95,10 +95,11 @@ impl<E: Executor> ExecutorActor<E> {
         let batch: Arc<SchedulerOutput> = resolved?;
         #[cfg(any(test, feature = "testing"))]
         self.executor.checkpoint(StepStage::Execute, &batch);
-        let output = self.executor.execute(&batch)?;
+        let mut output = self.executor.execute(&batch)?;
         #[cfg(any(test, feature = "testing"))]
         self.executor.checkpoint(StepStage::AfterExecute, &batch);
         self.previous_samples.record(&batch, &output);
+        output.step_seconds = start.elapsed().as_secs_f64();
         tracing::debug!(
             sequences = batch.sequences.len(),
             tokens = batch.num_tokens(),

@@ -181,6 +181,7 @@ impl ModelRunner {
             grammar_mask_seconds,
             prompt_logprobs,
             grammar_failures,
+            step_seconds: 0.0,
         })
     }
 

@@ -184,6 +184,9 @@ unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
 }
 
 /// A byte block's 32 signed values as two vectors of sixteen, unscaled.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn byte_halves(w: &PackedMatrix, block: usize) -> [__m512; 2] {

@@ -118,6 +118,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             async_scheduling: true,
             kv_block_metrics_sample: 0.0,
             step_cost: None,
+            sharing: Default::default(),
         },
         vec![999],
     );
@@ -232,6 +233,7 @@ async fn a_client_gone_on_the_way_in_or_mid_prefill_does_not_keep_its_prefill_ru
             async_scheduling: false,
             kv_block_metrics_sample: 0.0,
             step_cost: None,
+            sharing: Default::default(),
         },
         vec![999],
     );

@@ -23,7 +23,8 @@ use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_
 use crate::model::loader::ModelFiles;
 use crate::model::weights::{LoadOptions, build_model};
 use crate::model::{Backend, default_device};
-use crate::scheduler::SchedulerConfig;
+use crate::scheduler::step_time::StepTimeCoefficients;
+use crate::scheduler::{SchedulerConfig, StepSharing};
 use crate::stats::step_cost::StepCostModel;
 use crate::tokenizer::{adds_bos, token_id_bound};
 
@@ -219,6 +220,14 @@ pub fn prepare_engine<E: Executor>(
                 0.0
             },
             step_cost,
+            sharing: StepSharing {
+                max_step: config.scheduler.max_step(),
+                max_num_partial_prefills: config.scheduler.max_num_partial_prefills,
+                max_long_partial_prefills: config.scheduler.max_long_partial_prefills,
+                long_prefill_token_threshold: config.scheduler.long_prefill_threshold(max_model_len),
+                step_time_prior: StepTimeCoefficients::prior_for(&files.config),
+                learn_step_time: true,
+            },
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })

@@ -255,6 +255,7 @@ impl Instruments {
         self.prompt_source.record_step(m, s, it);
         self.flagged.record_step(m, s, it);
         self.structured.record_step(m, it);
+        self.step_duration.record_step(m, it);
         e.generation_tokens.add(it.num_generation_tokens, m);
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);
@@ -393,6 +394,7 @@ mod tests {
                     finished(FinishReason::Error, 0),
                 ],
                 grammar_mask_seconds: Vec::new(),
+                step_duration_s: Some(0.05),
             },
         }
     }
@@ -434,6 +436,10 @@ mod tests {
         assert_eq!(v("vllm:time_to_first_token_seconds_count", &[]), Some(2.0));
         assert_eq!(v("vllm:inter_token_latency_seconds_count", &[]), Some(9.0));
         assert_eq!(v("vllm:iteration_tokens_total_count", &[]), Some(1.0));
+        // One step ran on the executor (the idle record carries no step time).
+        assert_eq!(v("kiln_step_duration_seconds_count", &[]), Some(1.0));
+        assert_eq!(v("kiln_step_duration_seconds_bucket", &[("le", "0.05")]), Some(1.0));
+        assert_eq!(v("kiln_step_duration_seconds_bucket", &[("le", "0.02")]), Some(0.0));
         assert_eq!(v("vllm:request_params_n_count", &[]), Some(3.0));
         assert_eq!(v("vllm:prefix_cache_hits_total", &[]), Some(12.0));
         assert_eq!(v("vllm:num_preemptions_total", &[]), Some(1.0));

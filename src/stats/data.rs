@@ -56,6 +56,8 @@ pub struct IterationStats {
     pub finished: Vec<FinishedRequestStats>,
     /// Seconds each grammar mask of the step took (constrained samples only).
     pub grammar_mask_seconds: Vec<f64>,
+    /// The executor's wall time for this step (`None` outside a step: aborts, failures).
+    pub step_duration_s: Option<f64>,
 }
 
 /// Everything the stats actor records for one finished request; intervals come from

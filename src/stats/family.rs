@@ -108,6 +108,7 @@ pub mod kiln {
     use super::{Spec, spec};
 
     pub const ENGINE_RESTARTS: Spec = spec("kiln_engine_restarts", "{restart}", "Executor restarts after a panic; each failed its step's requests and emptied the KV and prefix caches.");
+    pub const STEP_DURATION: Spec = spec("kiln_step_duration", "s", "Wall time the executor spent on one engine step (forward pass and sampling).");
     pub const OTLP_METRIC_EXPORTS: Spec = spec("kiln_otlp_metric_exports", "{export}", "OTLP metric exports (pushes to the collector), by result: success or failure.");
 }
 

@@ -71,6 +71,7 @@ pub struct Instruments {
     pub(super) structured: super::structured::StructuredOutputInstruments,
     /// Where the latency histograms keep their exemplars; `/metrics` snapshots it.
     pub(super) exemplar_store: Arc<ExemplarStore>,
+    pub(super) step_duration: super::step_duration::StepDurationInstrument,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
     pub(super) model: [KeyValue; 2],
     /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
@@ -184,6 +185,7 @@ impl Instruments {
             instrumentator: super::instrumentator::InstrumentatorInstruments::new(&fixed),
             flagged: super::flagged::FlaggedInstruments::new(&b),
             structured: super::structured::StructuredOutputInstruments::new(&fixed, &model),
+            step_duration: super::step_duration::StepDurationInstrument::new(&fixed),
             exemplar_store,
             model,
             by_reason,

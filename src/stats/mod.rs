@@ -19,5 +19,6 @@ pub mod otlp;
 pub mod prompt_source;
 pub mod span_exports;
 pub mod step_cost;
+pub mod step_duration;
 pub mod structured;
 pub mod throughput_log;

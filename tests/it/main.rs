@@ -18,6 +18,7 @@ mod disconnects;
 mod draining;
 mod eval_harness_shapes;
 mod exemplars;
+mod fair_scheduling;
 mod faults;
 mod gateway_metrics;
 mod grafana_dashboard;
