@@ -577,3 +577,5 @@ mod test_driver;
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;
+#[path = "policy_token_load.rs"]
+mod token_load;

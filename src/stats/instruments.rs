@@ -367,6 +367,7 @@ pub struct Instruments {
     pub(super) instrumentator: super::instrumentator::InstrumentatorInstruments,
     pub(super) flagged: super::flagged::FlaggedInstruments,
     pub(super) structured: super::structured::StructuredOutputInstruments,
+    pub(super) token_load: super::token_load::TokenLoadInstruments,
     pub(super) exemplars: super::exemplars::LatencyExemplars,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
     pub(super) model: [KeyValue; 2],
@@ -544,6 +545,7 @@ impl Instruments {
             instrumentator: super::instrumentator::InstrumentatorInstruments::new(meter),
             flagged: super::flagged::FlaggedInstruments::new(meter, cfg),
             structured: super::structured::StructuredOutputInstruments::new(meter, &model),
+            token_load: super::token_load::TokenLoadInstruments::new(meter, cfg.engine_prefix),
             exemplars: super::exemplars::LatencyExemplars::new(cfg),
             model,
             by_reason,

@@ -4,6 +4,7 @@
 
 pub mod actor;
 pub mod data;
+pub mod engine_health;
 pub mod exemplars;
 pub mod export_health;
 pub mod exporter;
@@ -19,3 +20,4 @@ pub mod span_exports;
 pub mod step_cost;
 pub mod structured;
 pub mod throughput_log;
+pub mod token_load;
