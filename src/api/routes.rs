@@ -116,6 +116,10 @@ async fn load(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
         waiting: s.num_waiting,
         swapped: s.num_swapped,
         kv_cache_usage: s.kv_cache_usage,
+        num_tokens_waiting: s.tokens.waiting,
+        uncached_tokens_waiting: s.tokens.uncached_waiting,
+        num_tokens_running: s.tokens.running,
+        max_token_capacity: s.tokens.capacity,
     }))
 }
 

@@ -215,6 +215,16 @@ impl BlockManager {
         self.cache.by_hash.len()
     }
 
+    /// How many of `hashes` (a request's full-block hashes, in order) the prefix cache
+    /// holds as an unbroken run from the first: what a lookup now would reuse, touching
+    /// nothing (0 when caching is off).
+    pub fn cached_prefix_blocks(&self, hashes: &[BlockHash]) -> usize {
+        if !self.enable_prefix_caching {
+            return 0;
+        }
+        hashes.iter().take_while(|h| self.cache.by_hash.contains_key(h)).count()
+    }
+
     /// Blocks needed to hold `tokens` tokens.
     pub fn blocks_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.block_size)

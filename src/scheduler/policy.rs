@@ -540,3 +540,5 @@ mod test_driver;
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;
+#[path = "policy_token_load.rs"]
+mod token_load;

@@ -185,6 +185,7 @@ async fn start_on<E: Executor>(
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
+    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &health);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
