@@ -32,6 +32,8 @@ mod otlp_push;
 mod overload;
 mod process_lifecycle;
 mod prompt_bos;
+mod quant_k_parity;
+mod quant_q4km;
 mod quant_types;
 mod reference_parity;
 mod responses_api;
