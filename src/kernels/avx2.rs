@@ -141,18 +141,27 @@ const OFFSET_BYTES: u8 = 3;
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__m256; 4] {
-    // SAFETY: the caller bounds `block`.
+    // SAFETY: the caller bounds `block`. (No closures here: they may be compiled without
+    // this function's target features, which makes every intrinsic in them a call.)
     unsafe {
-        let scale_at = |i: usize| _mm256_set1_ps(*w.scales.get_unchecked(i));
+        if FORMAT == NIBBLES {
+            return nibbles(w, block);
+        }
+        let [a, b, c, d] = byte_vectors(w, block);
+        let scales = w.scales.as_ptr();
         match FORMAT {
-            NIBBLES => nibbles(w, block),
             BYTES => {
-                let scale = scale_at(block);
-                byte_vectors(w, block).map(|q| _mm256_mul_ps(q, scale))
+                let scale = _mm256_set1_ps(*scales.add(block));
+                [
+                    _mm256_mul_ps(a, scale),
+                    _mm256_mul_ps(b, scale),
+                    _mm256_mul_ps(c, scale),
+                    _mm256_mul_ps(d, scale),
+                ]
             }
             HALF_SCALED_BYTES => {
-                let [a, b, c, d] = byte_vectors(w, block);
-                let (low, high) = (scale_at(2 * block), scale_at(2 * block + 1));
+                let low = _mm256_set1_ps(*scales.add(2 * block));
+                let high = _mm256_set1_ps(*scales.add(2 * block + 1));
                 [
                     _mm256_mul_ps(a, low),
                     _mm256_mul_ps(b, low),
@@ -161,8 +170,15 @@ unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__
                 ]
             }
             _ => {
-                let (scale, min) = (scale_at(block), _mm256_set1_ps(*w.mins.get_unchecked(block)));
-                byte_vectors(w, block).map(|q| _mm256_fmadd_ps(q, scale, min))
+                let low = _mm256_set1_ps(*scales.add(2 * block));
+                let high = _mm256_set1_ps(*scales.add(2 * block + 1));
+                let min = _mm256_set1_ps(*w.mins.get_unchecked(block));
+                [
+                    _mm256_fmadd_ps(a, low, min),
+                    _mm256_fmadd_ps(b, low, min),
+                    _mm256_fmadd_ps(c, high, min),
+                    _mm256_fmadd_ps(d, high, min),
+                ]
             }
         }
     }

@@ -141,10 +141,10 @@ unsafe fn one_token_rows(w: &PackedMatrix, x: &[f32], rows: Range<usize>, out: &
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
-    // SAFETY: the caller bounds `block`.
+    // SAFETY: the caller bounds `block`. (No closures here: they may be compiled without
+    // this function's target features, which makes every intrinsic in them a call.)
     unsafe {
-        let scale_at = |i: usize| _mm512_set1_ps(*w.scales.get_unchecked(i));
-        let min = || _mm512_set1_ps(*w.mins.get_unchecked(block));
+        let scales = w.scales.as_ptr();
         match w.format {
             BlockFormat::Nibbles => {
                 // `q * scale + min`: low nibbles are elements 0..16, high nibbles 16..32. The
@@ -153,7 +153,9 @@ unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
                 // low four bits, so the low half needs no mask. Three shuffle-port operations
                 // and one FMA a block, where masking, widening and converting each half took
                 // nine; the values are the same FMA's, bit for bit.
-                let table = _mm512_fmadd_ps(nibble_values(), scale_at(block), min());
+                let scale = _mm512_set1_ps(*scales.add(block));
+                let min = _mm512_set1_ps(*w.mins.get_unchecked(block));
+                let table = _mm512_fmadd_ps(nibble_values(), scale, min);
                 let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(w.quants.as_ptr().add(block * (BLOCK / 2)).cast()));
                 let low = _mm512_permutexvar_ps(bytes, table);
                 let high = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
@@ -162,22 +164,25 @@ unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
             BlockFormat::Bytes => {
                 // `q * scale`, signed bytes.
                 let [low, high] = byte_halves(w, block);
-                let scale = scale_at(block);
+                let scale = _mm512_set1_ps(*scales.add(block));
                 [_mm512_mul_ps(low, scale), _mm512_mul_ps(high, scale)]
             }
             BlockFormat::HalfScaledBytes => {
                 // `q * scale[half]` (Q6_K).
                 let [low, high] = byte_halves(w, block);
                 [
-                    _mm512_mul_ps(low, scale_at(2 * block)),
-                    _mm512_mul_ps(high, scale_at(2 * block + 1)),
+                    _mm512_mul_ps(low, _mm512_set1_ps(*scales.add(2 * block))),
+                    _mm512_mul_ps(high, _mm512_set1_ps(*scales.add(2 * block + 1))),
                 ]
             }
             BlockFormat::OffsetBytes => {
-                // `q * scale + min` (Q5_K).
+                // `q * scale[half] + min` (Q5_K, mixed stacks).
                 let [low, high] = byte_halves(w, block);
-                let (scale, min) = (scale_at(block), min());
-                [_mm512_fmadd_ps(low, scale, min), _mm512_fmadd_ps(high, scale, min)]
+                let min = _mm512_set1_ps(*w.mins.get_unchecked(block));
+                [
+                    _mm512_fmadd_ps(low, _mm512_set1_ps(*scales.add(2 * block)), min),
+                    _mm512_fmadd_ps(high, _mm512_set1_ps(*scales.add(2 * block + 1)), min),
+                ]
             }
         }
     }

@@ -291,16 +291,24 @@ mod tests {
             "kernel paths run: {:?}",
             ran.iter().map(|p| p.name()).collect::<Vec<_>>()
         );
-        for ty in [
+        let pack = |ty: GgmlType, rows: usize| {
+            let bytes = small_scale_blocks(ty, rows * cols / ty.block_layout().0 as usize, 7);
+            PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable")
+        };
+        let mut matrices: Vec<(String, PackedMatrix)> = [
             GgmlType::Q4_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
             GgmlType::Q5_0,
             GgmlType::IQ4_XS,
-        ] {
-            let per_block = ty.block_layout().0 as usize;
-            let bytes = small_scale_blocks(ty, rows * cols / per_block, 7);
-            let w = PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable");
+        ]
+        .into_iter()
+        .map(|ty| (ty.to_string(), pack(ty, rows)))
+        .collect();
+        // A mixed stack (OffsetBytes with a scale per half and a min).
+        let mixed = PackedMatrix::stack(&[pack(GgmlType::Q4_K, 20), pack(GgmlType::Q6_K, rows - 20)]);
+        matrices.push(("Q4_K+Q6_K".into(), mixed.expect("same width")));
+        for (ty, w) in matrices {
             let dense = w.dequantize();
             for tokens in [1, 2, 5, 8, 9, GEMM_MIN_TOKENS, 33] {
                 let x = pseudo_random(tokens * cols, 200 + tokens as u64);

@@ -24,7 +24,9 @@ pub enum BlockFormat {
     /// 32 signed bytes whose halves (elements 0..16 and 16..32) have a scale each:
     /// `x = q * scale[half]` (Q6_K, whose int6 values have a scale per 16).
     HalfScaledBytes,
-    /// 32 signed bytes; `x = q * scale + min` (Q5_K's 5-bit values with a scale and min per 32).
+    /// 32 signed bytes whose halves have a scale each, and a min: `x = q * scale[half] + min`.
+    /// Q5_K (5-bit values with a scale and min per 32: both halves' scales equal), and any mix
+    /// of formats stacked into one projection (each converts to it exactly).
     OffsetBytes,
 }
 
@@ -40,7 +42,7 @@ impl BlockFormat {
     /// Scales per block in [`PackedMatrix::scales`].
     pub const fn scales_per_block(self) -> usize {
         match self {
-            BlockFormat::HalfScaledBytes => 2,
+            BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => 2,
             _ => 1,
         }
     }
@@ -161,9 +163,9 @@ impl PackedMatrix {
                 }
             }
             BlockFormat::OffsetBytes => {
-                let min = self.mins[index];
-                for (v, &byte) in out.iter_mut().zip(q) {
-                    *v = f32::from(byte as i8).mul_add(scale, min);
+                let (high_scale, min) = (self.scales[2 * index + 1], self.mins[index]);
+                for (j, (v, &byte)) in out.iter_mut().zip(q).enumerate() {
+                    *v = f32::from(byte as i8).mul_add(if j < BLOCK / 2 { scale } else { high_scale }, min);
                 }
             }
         }
@@ -191,11 +193,17 @@ impl PackedMatrix {
         out
     }
 
-    /// The matrices' rows one after another; `None` unless they share format and width.
+    /// The matrices' rows one after another; `None` unless they share their width. Parts of
+    /// different formats (a Q4_K q/k with a Q6_K v) are all converted to
+    /// [`BlockFormat::OffsetBytes`], which holds each exactly.
     pub fn stack(parts: &[PackedMatrix]) -> Option<PackedMatrix> {
         let first = parts.first()?;
-        if parts.iter().any(|p| p.format != first.format || p.cols != first.cols) {
+        if parts.iter().any(|p| p.cols != first.cols) {
             return None;
+        }
+        if parts.iter().any(|p| p.format != first.format) {
+            let converted: Vec<PackedMatrix> = parts.iter().map(PackedMatrix::to_offset_bytes).collect();
+            return Self::stack(&converted);
         }
         let mut out = PackedMatrix {
             rows: parts.iter().map(|p| p.rows).sum(),
@@ -207,6 +215,36 @@ impl PackedMatrix {
             out.quants.extend_from_slice(&p.quants);
         }
         Some(out)
+    }
+
+    /// The same values in [`BlockFormat::OffsetBytes`]: nibbles become bytes, a single scale
+    /// serves both halves, a missing min is 0 (`fma(q, s, 0)` rounds as `q * s` does; a -0.0
+    /// may become +0.0, which no sum can tell).
+    pub fn to_offset_bytes(&self) -> PackedMatrix {
+        let blocks = self.rows * self.blocks_per_row();
+        let mut out = PackedMatrix {
+            format: BlockFormat::OffsetBytes,
+            scales: Vec::with_capacity(2 * blocks),
+            mins: Vec::with_capacity(blocks),
+            quants: Vec::with_capacity(blocks * BLOCK),
+            rows: self.rows,
+            ..self.clone_shape()
+        };
+        let per_block = self.format.scales_per_block();
+        for b in 0..blocks {
+            let scales = &self.scales[b * per_block..][..per_block];
+            out.scales.extend([scales[0], scales[per_block - 1]]);
+            out.mins.push(if self.format.has_mins() { self.mins[b] } else { 0.0 });
+            let q = &self.quants[b * self.format.quant_bytes()..][..self.format.quant_bytes()];
+            match self.format {
+                BlockFormat::Nibbles => {
+                    out.quants.extend(q.iter().map(|v| v & 0x0f));
+                    out.quants.extend(q.iter().map(|v| v >> 4));
+                }
+                _ => out.quants.extend_from_slice(q),
+            }
+        }
+        out
     }
 
     /// Bytes the weights occupy (what one decode step reads).
@@ -309,6 +347,30 @@ mod tests {
         let stacked = PackedMatrix::stack(&[a.clone(), a.reorder_rows(&[1])]).expect("same format");
         assert_eq!(stacked.rows, 4);
         assert_eq!(row(&stacked.dequantize(), 3), row(&dense, 1));
-        assert!(PackedMatrix::stack(&[a, pack(1, GgmlType::Q8_0)]).is_none());
+        let narrow = PackedMatrix::from_ggml(GgmlType::Q8_0, &quantize(GgmlType::Q8_0, &sample(32)).unwrap(), 1, 32);
+        assert!(
+            PackedMatrix::stack(&[a, narrow.expect("packable")]).is_none(),
+            "widths differ"
+        );
+    }
+
+    #[test]
+    fn parts_of_different_formats_stack_exactly_as_offset_bytes() {
+        let cols = 512;
+        let part = |ty: GgmlType, rows: usize, seed| {
+            let blocks = rows * cols / ty.block_layout().0 as usize;
+            PackedMatrix::from_ggml(ty, &random_blocks(ty, blocks, seed), rows, cols).expect("packable")
+        };
+        let parts = [
+            part(GgmlType::Q4_K, 2, 1),
+            part(GgmlType::Q6_K, 1, 2),
+            part(GgmlType::Q8_0, 1, 3),
+            part(GgmlType::Q5_K, 1, 4),
+        ];
+        let stacked = PackedMatrix::stack(&parts).expect("same width");
+        assert_eq!((stacked.format, stacked.rows), (BlockFormat::OffsetBytes, 5));
+        let want: Vec<f32> = parts.iter().flat_map(PackedMatrix::dequantize).collect();
+        // `==`: equal values, a zero of either sign equal to the other.
+        assert!(stacked.dequantize().iter().zip(&want).all(|(a, b)| a == b));
     }
 }

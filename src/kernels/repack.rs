@@ -6,7 +6,8 @@
 //!   [`BlockFormat::Bytes`](super::BlockFormat::Bytes) with an f32 scale;
 //! - Q6_K: `x = (d * sc) * (q - 32)` with int6 `q` and an 8-bit `sc` per 16 elements:
 //!   [`BlockFormat::HalfScaledBytes`](super::BlockFormat::HalfScaledBytes), `d * sc` per half;
-//! - Q5_K: Q4_K with 5-bit `q`: [`BlockFormat::OffsetBytes`](super::BlockFormat::OffsetBytes).
+//! - Q5_K: Q4_K with 5-bit `q`: [`BlockFormat::OffsetBytes`](super::BlockFormat::OffsetBytes)
+//!   (its per-half scales both `d * sc`).
 //!
 //! Every scale is `d * sc` with an f16 `d` and an integer `sc` of at most 8 bits, so it is
 //! exact in f32, as is its product with a `q` of at most 6 bits: the packed values equal
@@ -113,7 +114,8 @@ fn q5_k(block: &[u8], m: &mut Blocks<'_>) {
     let (packed, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
     for j in 0..8 {
         let (sc, min) = k4_scale_min(packed, j);
-        m.scales.push(d * f32::from(sc));
+        let scale = d * f32::from(sc);
+        m.scales.extend([scale, scale]); // one per half, as OffsetBytes holds them
         m.mins.push(-(dmin * f32::from(min)));
         let low = &qs[(j / 2) * 32..][..32];
         m.quants

@@ -17,7 +17,7 @@ use serde_json::Value;
 /// logits here are of magnitude 1–20.
 const LOGIT_TOLERANCE: f32 = 1e-3;
 
-fn fixture(arch: &str) -> PathBuf {
+pub fn fixture(arch: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny").join(arch)
 }
 
@@ -35,18 +35,28 @@ fn ids(v: &Value) -> Vec<u32> {
 /// window).
 fn matches_transformers(arch: &str, gguf: bool) {
     let dir = fixture(arch);
-    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json (make_fixtures.py)");
-    let reference: Value = serde_json::from_str(&text).expect("json");
-    let mut files = vec![(dir.join("hf"), "f32")];
+    let reference = read_reference(&dir);
+    let mut files = vec![(dir.join("hf"), &reference["f32"])];
     if gguf {
-        files.push((dir.join(format!("{arch}-f32.gguf")), "f32"));
-        files.push((dir.join(format!("{arch}-q8_0.gguf")), "q8_0"));
+        files.push((dir.join(format!("{arch}-f32.gguf")), &reference["f32"]));
+        files.push((dir.join(format!("{arch}-q8_0.gguf")), &reference["q8_0"]));
     }
-    for (model, weights) in files {
-        let label = format!("{arch} {}", model.file_name().expect("name").to_string_lossy());
-        let cases = reference[weights].as_array().expect("cases");
+    files_match_reference(&files);
+}
+
+/// A fixture folder's `reference.json`.
+pub fn read_reference(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json (make_fixtures.py)");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// Each model file against its reference cases (make_fixtures.py's `reference()`).
+pub fn files_match_reference(files: &[(PathBuf, &Value)]) {
+    for (model, cases) in files {
+        let label = model.strip_prefix(fixture("")).unwrap_or(model).display().to_string();
+        let cases = cases.as_array().expect("cases");
         let (mut scheduler, mut runner) =
-            direct_engine(&model, |c| c.engine.kv_cache_memory = "8MiB".into()).expect("engine");
+            direct_engine(model, |c| c.engine.kv_cache_memory = "8MiB".into()).expect("engine");
         for (i, case) in cases.iter().enumerate() {
             scheduler
                 .add(

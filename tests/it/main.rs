@@ -35,6 +35,8 @@ mod output_processing;
 mod overload;
 mod process_lifecycle;
 mod prompt_bos;
+mod quant_k_parity;
+mod quant_q4km;
 mod quant_types;
 mod readme_quickstart;
 mod reference_parity;

@@ -83,19 +83,18 @@ fn k_quant_and_iq4_projections_load_and_run_packed_as_they_dequantise() {
     };
     let tiny = write_tiny_model(dir.path(), spec).expect("tiny model");
     let mixed = dir.path().join("mixed.gguf");
-    // Each stacked projection (q/k/v, gate/up) in one type, so it runs packed, except
-    // layer 1's q/k/v, whose v (Q5_1) has no kernel: that stack is widened whole.
+    // Layer 1's q/k/v mixes Q4_K and Q6_K, as Q4_K_M files do: one packed stack of both.
     let mut replace = Vec::new();
     let mut set = |layer: &str, projections: &[&str], ty| {
         replace.extend(projections.iter().map(|p| (format!("{layer}.{p}.weight"), ty)));
     };
     set("blk.0", &["attn_q", "attn_k", "attn_v"], GgmlType::Q4_K);
-    set("blk.1", &["attn_q", "attn_k"], GgmlType::Q6_K);
-    set("blk.1", &["attn_v"], GgmlType::Q5_1);
+    set("blk.1", &["attn_q", "attn_k"], GgmlType::Q4_K);
+    set("blk.1", &["attn_v"], GgmlType::Q6_K);
     set("blk.0", &["attn_output"], GgmlType::IQ4_NL);
-    set("blk.1", &["attn_output"], GgmlType::IQ4_XS);
+    set("blk.1", &["attn_output"], GgmlType::Q5_1);
     set("blk.0", &["ffn_gate", "ffn_up"], GgmlType::Q5_0);
-    set("blk.1", &["ffn_gate", "ffn_up"], GgmlType::Q4_K);
+    set("blk.1", &["ffn_gate", "ffn_up"], GgmlType::IQ4_XS);
     set("blk.0", &["ffn_down"], GgmlType::Q5_K);
     set("blk.1", &["ffn_down"], GgmlType::Q6_K);
     let replace: Vec<(&str, GgmlType)> = replace.iter().map(|(n, t)| (n.as_str(), *t)).collect();

@@ -2,11 +2,11 @@
 //! independent implementation (transformers, float32) on the same dequantised weights.
 //! Needs the model: `.ci/run` fetches it and sets `KILN_TEST_MODEL`.
 
+use std::path::Path;
 use std::time::Instant;
 
-use kiln::executor::model_runner::ModelRunner;
 use kiln::model::loader::open_model;
-use kiln::scheduler::{NewRequest, Scheduler};
+use kiln::scheduler::NewRequest;
 use kiln::testing::real_model::{greedy_reference, model_path};
 use kiln::testing::{direct_engine, greedy_request, run_to_completion};
 use serde_json::Value;
@@ -19,16 +19,12 @@ fn cases() -> Vec<Value> {
     greedy_reference()["cases"].as_array().expect("cases").clone()
 }
 
-fn ids(v: &Value) -> Vec<u32> {
+pub fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .expect("array")
         .iter()
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
-}
-
-fn engine() -> (Scheduler, ModelRunner) {
-    direct_engine(&model_path(), |_| {}).expect("engine")
 }
 
 fn greedy(id: &str, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
@@ -64,10 +60,15 @@ fn tokenizer_reproduces_every_reference_prompt() {
 #[test]
 #[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
 fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
-    let (mut scheduler, mut runner) = engine();
-    let cases = cases();
+    greedy_prefixes_match_alone_and_batched(&model_path(), &cases());
+}
+
+/// Each case's stable greedy prefix, each case alone, and then all at once (prompts of
+/// different lengths share every batch) with the same tokens as alone.
+pub fn greedy_prefixes_match_alone_and_batched(model: &Path, cases: &[Value]) {
+    let (mut scheduler, mut runner) = direct_engine(model, |_| {}).expect("engine");
     let mut alone = Vec::new();
-    for case in &cases {
+    for case in cases {
         let name = case["name"].as_str().expect("name");
         scheduler
             .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
@@ -79,7 +80,7 @@ fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
         alone.push(out[name].clone());
     }
     // All cases at once: prompts of different lengths share every batch.
-    for case in &cases {
+    for case in cases {
         let name = case["name"].as_str().expect("name");
         scheduler
             .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
@@ -95,8 +96,13 @@ fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
 #[test]
 #[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
 fn first_step_logits_match_the_reference_top10() {
-    let (mut scheduler, mut runner) = engine();
-    for case in cases() {
+    first_logits_match_top10(&model_path(), &cases(), LOGIT_TOLERANCE);
+}
+
+/// Each case's first-step logits at the reference's top ten tokens, within `tolerance`.
+pub fn first_logits_match_top10(model: &Path, cases: &[Value], tolerance: f32) {
+    let (mut scheduler, mut runner) = direct_engine(model, |_| {}).expect("engine");
+    for case in cases {
         let name = case["name"].as_str().expect("name");
         scheduler
             .add(greedy(name, ids(&case["prompt_ids"]), 1), Instant::now())
@@ -109,10 +115,7 @@ fn first_step_logits_match_the_reference_top10() {
             let reference = pair[1].as_f64().expect("logit") as f32;
             worst = worst.max((logits[token] - reference).abs());
         }
-        assert!(
-            worst <= LOGIT_TOLERANCE,
-            "case {name}: max |Δlogit| {worst} > {LOGIT_TOLERANCE}"
-        );
+        assert!(worst <= tolerance, "case {name}: max |Δlogit| {worst} > {tolerance}");
         // Finish the request so the next case starts from an empty cache.
         let output = kiln::executor::Executor::execute(&mut runner, &batch).expect("step");
         scheduler.update_from_output(&batch, output, Instant::now());

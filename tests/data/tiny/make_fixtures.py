@@ -12,6 +12,13 @@ summation order flips: each case records `stable`, the number of leading greedy 
 whose top-2 margin is at least MIN_MARGIN, and the script fails when that is short.
 
     python make_fixtures.py --llama-cpp DIR [--only ARCH ...]
+    python make_fixtures.py --llama-cpp DIR --k-quants LLAMA_QUANTIZE
+
+The second form makes llama-k/: the llama model 256 wide (K-quants pack rows in 256-element
+super-blocks), converted to f32 GGUF and quantised by llama.cpp's own llama-quantize to
+Q4_K_M, Q5_K_M and Q6_K (only the quantised files are kept), each with its reference on its
+dequantised weights. llama-quantize is built from the same sdist
+(`examples/llama_cpp_side_by_side.sh --build-quantize` prints its path).
 
 DIR is llama.cpp's source tree (vendor/llama.cpp of the llama-cpp-python sdist the repo
 pins, examples/llama_cpp_side_by_side.sh; `pip download --no-deps --no-binary :all:
@@ -26,6 +33,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -103,9 +111,14 @@ def bytes_to_unicode_order():
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def build(arch: str, seed: int):
+# The K-quant models: every projection's rows a whole number of 256-element super-blocks.
+K_SHAPES = dict(SHAPES, hidden_size=256, intermediate_size=256, head_dim=64)
+K_QUANTS = ["Q4_K_M", "Q5_K_M", "Q6_K"]
+
+
+def build(arch: str, seed: int, shapes=SHAPES):
     config_class, model_class, extra = configs()[arch]
-    config = config_class(**{**SHAPES, **extra})
+    config = config_class(**{**shapes, **extra})
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = model_class(config).to(torch.float32).eval()
@@ -198,12 +211,42 @@ def unpermute(w, heads):
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def make_k_quants(llama_cpp: Path, quantize: Path, arch: str = "llama", seed: int = 0):
+    """<arch>-k/: the model 256 wide in each of K_QUANTS, with references on their weights."""
+    out = HERE / f"{arch}-k"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    refs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        hf, f32 = Path(tmp) / "hf", Path(tmp) / f"{arch}-f32.gguf"
+        hf.mkdir()
+        model = build(arch, seed, K_SHAPES)
+        model.save_pretrained(hf, safe_serialization=True)
+        (hf / "generation_config.json").unlink(missing_ok=True)
+        write_tokenizer(hf)
+        convert(llama_cpp, hf, f32, "f32")
+        for qtype in K_QUANTS:
+            path = out / f"{arch}-{qtype.lower()}.gguf"
+            subprocess.run([str(quantize), str(f32), str(path), qtype], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            dequantised = load_dequantised(build(arch, seed, K_SHAPES), arch, path, llama_cpp)
+            refs[qtype.lower()] = reference(dequantised, f"{arch} {qtype}")
+            print(arch, qtype, [c["stable"] for c in refs[qtype.lower()]])
+    (out / "reference.json").write_text(json.dumps({
+        "architecture": arch, "seed": seed, "shapes": K_SHAPES, "transformers": transformers.__version__,
+        "torch": torch.__version__, "quantizer": "llama-quantize (llama-cpp-python 0.3.36's llama.cpp)", **refs}))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--llama-cpp", required=True, type=Path)
     p.add_argument("--only", nargs="*")
+    p.add_argument("--k-quants", type=Path, metavar="LLAMA_QUANTIZE")
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.k_quants:
+        make_k_quants(args.llama_cpp, args.k_quants)
+        return
     for arch in args.only or list(configs()):
         out = HERE / arch
         shutil.rmtree(out, ignore_errors=True)

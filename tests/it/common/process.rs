@@ -28,6 +28,8 @@ pub struct KilnProcess {
 /// How to start one.
 pub struct Launch {
     pub spec: TinyModelSpec,
+    /// A model file to serve instead of a tiny model written from `spec`.
+    pub model: Option<PathBuf>,
     /// Flags after `serve --model M --port P`.
     pub args: Vec<String>,
     pub env: Vec<(String, OsString)>,
@@ -42,6 +44,7 @@ impl Default for Launch {
                 context: 4096,
                 ..TinyModelSpec::default()
             },
+            model: None,
             args: ["--kv-cache-memory", "64MiB"].map(String::from).to_vec(),
             env: Vec::new(),
             https_client: None,
@@ -69,7 +72,10 @@ impl Launch {
     /// Starts the process without waiting for it to become ready.
     pub fn spawn(self) -> KilnProcess {
         let dir = tempfile::tempdir().expect("tempdir");
-        let model = write_tiny_model(dir.path(), self.spec).expect("tiny model");
+        let model = match self.model {
+            Some(model) => model,
+            None => write_tiny_model(dir.path(), self.spec).expect("tiny model"),
+        };
         let port = free_port();
         let log = dir.path().join("kiln.log");
         let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
