@@ -71,13 +71,17 @@ impl IncrementalDetokenizer {
         if held <= MAX_HELD_TOKENS {
             return String::new();
         }
-        // Only the last few tokens can still change: settle the rest, cut where the settled
-        // text is how the whole decode begins (not inside a character, which would show as
-        // U+FFFD alone). Characters are at most 4 bytes, so one of 4 cuts in a row is such.
+        // Only the last few tokens can still change: settle the rest, cut between characters
+        // (or invalid sequences): where decoding both sides apart gives the whole decode.
+        // Those are at most 4 bytes, so one of 4 cuts in a row is such a place.
         let latest_cut = self.tokens.len() - MAX_HELD_TOKENS;
         for settled_end in (self.read_offset + 1..=latest_cut).rev().take(4) {
             let settled_text = self.decode(tok, self.prefix_offset, settled_end);
-            if !new_text.starts_with(&settled_text) {
+            let rest = self.decode(tok, settled_end, self.tokens.len());
+            if new_text.len() != settled_text.len() + rest.len()
+                || !new_text.starts_with(&settled_text)
+                || !new_text.ends_with(&rest)
+            {
                 continue;
             }
             let delta = if settled_text.len() > prefix_text.len() {

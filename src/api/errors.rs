@@ -81,8 +81,8 @@ pub enum ApiError {
     Unauthorized,
 }
 
-/// Prompt plus completion tokens, widened so `u32::MAX` ("up to the context")
-/// cannot overflow the message.
+/// Prompt plus completion tokens, widened so a `max_tokens` up to `u32::MAX` (which a
+/// client may send) cannot overflow the message.
 fn total_tokens(prompt: &u32, completion: &u32) -> u64 {
     u64::from(*prompt) + u64::from(*completion)
 }
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(e(60, 50).status_code(), StatusCode::BAD_REQUEST);
         assert_eq!(e(60, 50).code(), Some("context_length_exceeded"));
         assert!(e(60, 50).to_string().contains("requested 110 tokens"));
-        // No overflow when max_tokens is the "up to context" sentinel.
+        // No overflow at the largest max_tokens a client may send.
         assert!(e(60, u32::MAX).to_string().contains("4294967355"));
     }
 

@@ -13,6 +13,7 @@ use super::errors::ApiError;
 use super::generation::{ChoiceRequest, ChoiceStream};
 use super::prompt::{ParamNames, fit_to_context};
 use super::request_log::RequestRecord;
+use crate::engine::request::NewRequest;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 
@@ -49,15 +50,17 @@ pub fn plan_choices(
         for c in 0..n {
             let index = p as u32 * n + c;
             choices.push(ChoiceRequest {
-                id: format!("{}-{index}", fan_out.id),
                 index,
-                prompt: prompt.clone(),
-                params: Arc::clone(&shared),
-                // Seeded choices stay reproducible yet differ from each other.
-                seed: shared.seed.map(|s| s.wrapping_add(u64::from(c))),
-                operation: fan_out.operation,
-                arrival: fan_out.arrival,
-                trace: None,
+                request: NewRequest {
+                    id: format!("{}-{index}", fan_out.id),
+                    prompt_token_ids: prompt.clone(),
+                    params: Arc::clone(&shared),
+                    // Seeded choices stay reproducible yet differ from each other.
+                    seed: shared.seed.map(|s| s.wrapping_add(u64::from(c))),
+                    operation: fan_out.operation,
+                    arrival: fan_out.arrival,
+                    trace: None,
+                },
             });
         }
     }
@@ -105,21 +108,26 @@ mod tests {
             ..Default::default()
         };
         let plan = plan_choices(&fan_out(64), vec![vec![1, 2], vec![3]], params).expect("fits");
-        let ids: Vec<&str> = plan.iter().map(|c| c.id.as_str()).collect();
+        let ids: Vec<&str> = plan.iter().map(|c| c.request.id.as_str()).collect();
         assert_eq!(
             ids,
             ["cmpl-x-0", "cmpl-x-1", "cmpl-x-2", "cmpl-x-3", "cmpl-x-4", "cmpl-x-5"]
         );
         assert_eq!(plan.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
-        assert_eq!(plan[2].prompt, [1, 2]);
-        assert_eq!(plan[3].prompt, [3]);
-        let seeds: Vec<Option<u64>> = plan.iter().map(|c| c.seed).collect();
+        assert_eq!(plan[2].request.prompt_token_ids, [1, 2]);
+        assert_eq!(plan[3].request.prompt_token_ids, [3]);
+        let seeds: Vec<Option<u64>> = plan.iter().map(|c| c.request.seed).collect();
         assert_eq!(seeds, [Some(7), Some(8), Some(9), Some(7), Some(8), Some(9)]);
         assert!(
-            plan.iter().all(|c| Arc::ptr_eq(&c.params, &plan[0].params)),
+            plan.iter()
+                .all(|c| Arc::ptr_eq(&c.request.params, &plan[0].request.params)),
             "one copy of the params for the whole body"
         );
-        assert_eq!(plan[0].params.seed, Some(7), "the shared params keep the body's seed");
+        assert_eq!(
+            plan[0].request.params.seed,
+            Some(7),
+            "the shared params keep the body's seed"
+        );
     }
 
     #[test]
@@ -129,8 +137,8 @@ mod tests {
             ..Default::default()
         };
         let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
-        assert_eq!(plan[0].params.max_tokens, Some(6));
-        assert_eq!(plan[1].params.max_tokens, Some(3));
+        assert_eq!(plan[0].request.params.max_tokens, Some(6));
+        assert_eq!(plan[1].request.params.max_tokens, Some(3));
     }
 
     #[test]
@@ -141,10 +149,13 @@ mod tests {
             ..Default::default()
         };
         let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
-        assert!(Arc::ptr_eq(&plan[0].params, &plan[1].params));
-        assert!(Arc::ptr_eq(&plan[2].params, &plan[3].params));
-        assert!(!Arc::ptr_eq(&plan[1].params, &plan[2].params), "fitted differently");
-        assert_eq!(plan.iter().map(|c| c.seed).collect::<Vec<_>>(), [None; 4]);
+        assert!(Arc::ptr_eq(&plan[0].request.params, &plan[1].request.params));
+        assert!(Arc::ptr_eq(&plan[2].request.params, &plan[3].request.params));
+        assert!(
+            !Arc::ptr_eq(&plan[1].request.params, &plan[2].request.params),
+            "fitted differently"
+        );
+        assert_eq!(plan.iter().map(|c| c.request.seed).collect::<Vec<_>>(), [None; 4]);
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! at once.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
@@ -18,9 +17,8 @@ use super::openai_types::RequestMetrics;
 use super::output_pool::OutputPool;
 use super::request_log::RequestRecord;
 use crate::engine::messages::{AbortReason, Generate};
-use crate::engine::sampling_params::SamplingParams;
-use crate::engine::trace_context::TraceContext;
-use crate::engine::types::{Operation, RequestId};
+use crate::engine::request::NewRequest;
+use crate::engine::types::RequestId;
 
 /// A choice in flight, as its HTTP handler sees it.
 pub struct ChoiceStream {
@@ -32,20 +30,12 @@ pub struct ChoiceStream {
     finished: bool,
 }
 
-/// What to submit for one choice.
+/// What to submit for one choice: its number in the response and the engine request itself,
+/// built once by the fan-out plan and handed to the engine as it is.
 #[derive(Debug)]
 pub struct ChoiceRequest {
-    pub id: RequestId,
     pub index: u32,
-    pub prompt: Vec<u32>,
-    /// Shared by the choices of one body (one copy per distinct fitted `max_tokens`).
-    pub params: Arc<SamplingParams>,
-    /// This choice's seed: the body's plus the choice's number.
-    pub seed: Option<u64>,
-    pub operation: Operation,
-    pub arrival: Instant,
-    /// The span this engine request's telemetry links to (set when the request is traced).
-    pub trace: Option<TraceContext>,
+    pub request: NewRequest,
 }
 
 impl ChoiceStream {
@@ -56,33 +46,28 @@ impl ChoiceStream {
         request: ChoiceRequest,
         record: Option<Arc<RequestRecord>>,
     ) -> Result<Self, ApiError> {
+        let ChoiceRequest { index, request } = request;
+        let id = request.id.clone();
         let (tx, rx) = unbounded_channel();
         let output = ChoiceOutput::new(
-            request.index,
-            request.id.clone(),
-            &request.prompt,
+            index,
+            id.clone(),
+            &request.prompt_token_ids,
             &request.params,
             rx,
             engine.clone(),
             Arc::clone(tokenizer),
             record,
         );
-        let message = Generate {
-            id: request.id.clone(),
-            prompt_token_ids: request.prompt,
-            params: request.params,
-            seed: request.seed,
-            operation: request.operation,
-            arrival: request.arrival,
-            trace: request.trace,
-            events: tx,
-        };
-        engine.submit(message).await.map_err(engine_error)?;
+        engine
+            .submit(Generate { request, events: tx })
+            .await
+            .map_err(engine_error)?;
         let (out, deltas) = unbounded_channel();
         OutputPool::shared().spawn(output.run(out));
         Ok(Self {
-            index: request.index,
-            id: request.id,
+            index,
+            id,
             engine: engine.clone(),
             deltas,
             finished: false,

@@ -216,10 +216,10 @@ fn trace_choices(tracer: &Tracer, plan: &SpanPlan, choices: &mut [ChoiceRequest]
         .iter_mut()
         .map(|choice| {
             let context = fans_out.then(|| plan.child(tracer.new_span_id()));
-            choice.trace = Some(engine_trace(context.as_ref().unwrap_or(&plan.context)));
+            choice.request.trace = Some(engine_trace(context.as_ref().unwrap_or(&plan.context)));
             EngineRequestSpan {
                 context,
-                engine_request_id: choice.id.clone(),
+                engine_request_id: choice.request.id.clone(),
                 end: None,
             }
         })

@@ -10,8 +10,8 @@
 //!   generating extra candidates to rank is not supported.
 //! - `max_tokens` / `max_completion_tokens` `>= 1` (each, when both are sent). Completions
 //!   default to 16;
-//!   chat defaults to `u32::MAX` ("up to the context"), which the server
-//!   clamps to `max_model_len - prompt_len`.
+//!   chat leaves it open (`None`: up to the context), which the server fits to
+//!   `max_model_len - prompt_len`.
 //! - `presence_penalty`, `frequency_penalty` in `[-2, 2]`.
 //! - `repetition_penalty` (vLLM) `> 0` and finite (default 1).
 //! - completions `logprobs` `<= 20` (vLLM's cap; OpenAI's is 5).

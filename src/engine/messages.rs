@@ -1,32 +1,18 @@
 //! Actor messages between the api and the scheduler (named fields, declared results).
 
-use std::sync::Arc;
-use std::time::Instant;
-
 use actix::Message;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::engine::events::{EngineError, TokenEvent};
-use crate::engine::sampling_params::SamplingParams;
-use crate::engine::trace_context::TraceContext;
-use crate::engine::types::{Operation, RequestId};
+use crate::engine::request::NewRequest;
+use crate::engine::types::RequestId;
 
-/// Submit a request to the engine.
+/// Submit a request to the engine: the request as the API planned it, and where its events
+/// go.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<(), EngineError>")]
 pub struct Generate {
-    pub id: RequestId,
-    pub prompt_token_ids: Vec<u32>,
-    /// Shared by every choice of the body.
-    pub params: Arc<SamplingParams>,
-    /// This choice's seed (the body's `params.seed` plus the choice index); `None` samples
-    /// from the engine's own generator.
-    pub seed: Option<u64>,
-    pub operation: Operation,
-    /// When the API finished parsing the request (start of every interval).
-    pub arrival: Instant,
-    /// The span this engine request's telemetry links to; `None` when it is not traced.
-    pub trace: Option<TraceContext>,
+    pub request: NewRequest,
     pub events: UnboundedSender<TokenEvent>,
 }
 

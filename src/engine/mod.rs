@@ -4,6 +4,7 @@ pub mod events;
 pub mod health;
 pub mod intervals;
 pub mod messages;
+pub mod request;
 pub mod sampling_params;
 pub mod step;
 pub mod structured_output;

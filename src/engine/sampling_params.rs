@@ -19,7 +19,7 @@ pub struct SamplingParams {
     /// Min-p relative to the most likely token, `[0, 1]`; 0 disables it.
     pub min_p: f32,
     /// The body's seed. Choice `c` samples with `seed + c`, which travels beside these
-    /// shared params (`Generate::seed`, `ScheduledSequence::seed`); the sampler reads that.
+    /// shared params (`NewRequest::seed`, `ScheduledSequence::seed`); the sampler reads that.
     pub seed: Option<u64>,
     /// OpenAI additive penalties, `[-2, 2]`.
     pub presence_penalty: f32,

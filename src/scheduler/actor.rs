@@ -12,7 +12,6 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::in_flight::{NextStep, StepsInFlight};
 use super::policy::{Scheduler, StepResult};
-use super::request::NewRequest;
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::step::{ExecuteBatch, ExecutorError, SchedulerOutput};
@@ -221,25 +220,17 @@ impl Handler<Generate> for SchedulerActor {
         }
         if msg.events.is_closed() {
             // The client left while the request was on its way: nobody would read it.
-            tracing::debug!(id = %msg.id, "client gone before admission; not queued");
+            tracing::debug!(id = %msg.request.id, "client gone before admission; not queued");
             return Ok(());
         }
-        let request = NewRequest {
-            id: msg.id.clone(),
-            prompt_token_ids: msg.prompt_token_ids,
-            params: msg.params,
-            seed: msg.seed,
-            operation: msg.operation,
-            arrival: msg.arrival,
-            trace: msg.trace,
-        };
-        if let Err(error) = self.scheduler.add(request, Instant::now()) {
+        let id = msg.request.id.clone();
+        if let Err(error) = self.scheduler.add(msg.request, Instant::now()) {
             self.stats.do_send(AdmissionRejected {
                 reason: error.error_type(),
             });
             return Err(error);
         }
-        self.channels.insert(msg.id, msg.events);
+        self.channels.insert(id, msg.events);
         self.step(ctx);
         Ok(())
     }

@@ -11,6 +11,7 @@ use super::{GetLoad, SchedulerActor};
 use crate::engine::events::{PromptLogprobs, TokenEvent};
 use crate::engine::health::EngineHealth;
 use crate::engine::messages::Generate;
+use crate::engine::request::NewRequest;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput};
 use crate::engine::types::{FinishReason, Operation};
@@ -126,17 +127,19 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
     let (events, mut received) = unbounded_channel();
     scheduler
         .send(Generate {
-            id: "r".into(),
-            prompt_token_ids: vec![5, 6, 7],
-            params: Arc::new(SamplingParams {
-                max_tokens: Some(MAX_TOKENS as u32),
-                temperature: 0.0,
-                ..Default::default()
-            }),
-            seed: None,
-            operation: Operation::TextCompletion,
-            arrival: Instant::now(),
-            trace: None,
+            request: NewRequest {
+                id: "r".into(),
+                prompt_token_ids: vec![5, 6, 7],
+                params: Arc::new(SamplingParams {
+                    max_tokens: Some(MAX_TOKENS as u32),
+                    temperature: 0.0,
+                    ..Default::default()
+                }),
+                seed: None,
+                operation: Operation::TextCompletion,
+                arrival: Instant::now(),
+                trace: None,
+            },
             events,
         })
         .await
@@ -184,17 +187,19 @@ impl Executor for WithPromptLogprobs {
 
 fn generate(id: &str, prompt_len: u32, events: UnboundedSender<TokenEvent>) -> Generate {
     Generate {
-        id: id.into(),
-        prompt_token_ids: (0..prompt_len).map(|i| i % 100).collect(),
-        params: Arc::new(SamplingParams {
-            max_tokens: Some(2),
-            temperature: 0.0,
-            ..Default::default()
-        }),
-        seed: None,
-        operation: Operation::TextCompletion,
-        arrival: Instant::now(),
-        trace: None,
+        request: NewRequest {
+            id: id.into(),
+            prompt_token_ids: (0..prompt_len).map(|i| i % 100).collect(),
+            params: Arc::new(SamplingParams {
+                max_tokens: Some(2),
+                temperature: 0.0,
+                ..Default::default()
+            }),
+            seed: None,
+            operation: Operation::TextCompletion,
+            arrival: Instant::now(),
+            trace: None,
+        },
         events,
     }
 }

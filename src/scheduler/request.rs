@@ -11,20 +11,7 @@ use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
 use crate::kv_cache::block_hash::{BlockHash, hash_block};
 
-/// A request as handed to [`Scheduler::add`](super::Scheduler::add).
-#[derive(Debug, Clone)]
-pub struct NewRequest {
-    pub id: RequestId,
-    pub prompt_token_ids: Vec<u32>,
-    /// Shared with the other choices of its body.
-    pub params: Arc<SamplingParams>,
-    /// This choice's seed (see [`Generate::seed`](crate::engine::messages::Generate::seed)).
-    pub seed: Option<u64>,
-    pub operation: Operation,
-    pub arrival: Instant,
-    /// See [`Generate::trace`](crate::engine::messages::Generate::trace).
-    pub trace: Option<TraceContext>,
-}
+pub use crate::engine::request::NewRequest;
 
 /// A request the scheduler owns, waiting or running.
 #[derive(Debug, Clone)]

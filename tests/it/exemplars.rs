@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use kiln::engine::events::TokenEvent;
 use kiln::engine::messages::Generate;
+use kiln::engine::request::NewRequest;
 use kiln::engine::sampling_params::SamplingParams;
 use kiln::engine::trace_context::TraceContext;
 use kiln::engine::types::Operation;
@@ -42,17 +43,19 @@ fn traced_request(t: &Tiny, trace: TraceContext) {
     actix_web::rt::System::new().block_on(async move {
         let (events, mut received) = tokio::sync::mpsc::unbounded_channel();
         let generate = Generate {
-            id: format!("traced-{}", trace.span_id_hex()),
-            prompt_token_ids: vec![5, 6, 7],
-            params: Arc::new(SamplingParams {
-                max_tokens: Some(3),
-                ignore_eos: true,
-                ..Default::default()
-            }),
-            seed: None,
-            operation: Operation::Chat,
-            arrival: Instant::now(),
-            trace: Some(trace),
+            request: NewRequest {
+                id: format!("traced-{}", trace.span_id_hex()),
+                prompt_token_ids: vec![5, 6, 7],
+                params: Arc::new(SamplingParams {
+                    max_tokens: Some(3),
+                    ignore_eos: true,
+                    ..Default::default()
+                }),
+                seed: None,
+                operation: Operation::Chat,
+                arrival: Instant::now(),
+                trace: Some(trace),
+            },
             events,
         };
         scheduler

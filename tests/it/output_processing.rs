@@ -1,7 +1,10 @@
 //! Output processing off the HTTP workers and bounded (issue 28, defect 3): a stream of
 //! bytes that never completes a character comes out as it is generated (the detokenizer holds
 //! back a few tokens, not everything since the last complete character); a long prompt's
-//! logprobs are computed in bounded passes with the same values.
+//! logprobs are computed in bounded passes with the same values; and a request whose echo and
+//! prompt logprobs take long to write leaves other clients served.
+
+use std::time::{Duration, Instant};
 
 use kiln::testing::TinyModelSpec;
 use serde_json::{Value, json};
@@ -99,4 +102,105 @@ fn prompt_logprobs_of_a_long_prompt_match_those_of_its_prefix() {
             "position {p}: {entry}"
         );
     }
+}
+
+fn timed(t: &Tiny, method: &str, path: &str, body: &Value) -> Duration {
+    let started = Instant::now();
+    let request = match method {
+        "GET" => t.client.get(t.server.url(path)),
+        _ => t.client.post(t.server.url(path)).json(body),
+    };
+    let response = request.send().expect("request");
+    assert_eq!(response.status().as_u16(), 200);
+    response.bytes().expect("body");
+    started.elapsed()
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+#[test]
+fn a_request_with_a_heavy_echo_leaves_other_clients_served() {
+    // One HTTP worker: before output processing moved off it, the heavy request's prompt
+    // decoding and formatting held that worker, and every other client waited for it.
+    let t = long_context(|c| c.server.http_workers = 1);
+    let short = json!({"prompt": "hello", "max_tokens": 1, "temperature": 0});
+    let probes = [("GET", "/v1/models"), ("POST", "/v1/completions")];
+    let idle: Vec<Duration> = probes
+        .iter()
+        .map(|&(method, path)| median((0..7).map(|_| timed(&t, method, path, &short)).collect()))
+        .collect();
+    let prompt: Vec<u64> = (0..1500).map(|i| 40 + (i * 7919) % 200).collect();
+    let heavy = json!({"prompt": prompt, "max_tokens": 1, "n": 16, "echo": true, "logprobs": 5,
+                       "prompt_logprobs": 20, "temperature": 0});
+    // The heavy request's own client, as another user's would be.
+    let heavy_client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client");
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let heavy = s.spawn(|| {
+            let response = heavy_client
+                .post(t.server.url("/v1/completions"))
+                .json(&heavy)
+                .send()
+                .expect("heavy");
+            assert_eq!(response.status().as_u16(), 200);
+            let v: Value = response.json().expect("json");
+            assert_eq!(v["choices"].as_array().map(Vec::len), Some(16));
+            started.elapsed()
+        });
+        let mut during: Vec<(Duration, usize, Duration)> = Vec::new();
+        while !heavy.is_finished() {
+            for (k, &(method, path)) in probes.iter().enumerate() {
+                let at = started.elapsed();
+                during.push((at, k, timed(&t, method, path, &short)));
+            }
+        }
+        let heavy = heavy.join().expect("the heavy request");
+        during.sort_by_key(|&(_, _, latency)| std::cmp::Reverse(latency));
+        eprintln!(
+            "idle {idle:?}; heavy request {heavy:?}; {} probes during it; slowest:",
+            during.len()
+        );
+        for (at, k, latency) in during.iter().take(8) {
+            eprintln!("  {} at {at:?}: {latency:?}", probes[*k].1);
+        }
+        assert!(during.len() >= 6, "short requests were served while the heavy one ran");
+        let worst = |k: usize| {
+            during
+                .iter()
+                .filter(|p| p.1 == k)
+                .map(|p| p.2)
+                .max()
+                .unwrap_or_default()
+        };
+        // `/v1/models` needs only an HTTP worker: before output processing left the worker,
+        // it waited seconds behind the heavy request's prompt decoding and formatting. Loose
+        // for a loaded machine: the heavy request's CPU use may slow it, not queue it.
+        assert!(
+            worst(0) < heavy / 8 + idle[0] * 20,
+            "/v1/models: worst {:?}, heavy {heavy:?}, idle {:?}",
+            worst(0),
+            idle[0]
+        );
+        // A completion also waits for engine steps: one arriving with the heavy prefill waits
+        // for it (the scheduler's part, seconds here), the rest are served as usual.
+        let mut completions: Vec<Duration> = during.iter().filter(|p| p.1 == 1).map(|p| p.2).collect();
+        completions.sort();
+        let typical = completions[completions.len() / 2];
+        assert!(
+            worst(1) < heavy,
+            "/v1/completions: worst {:?}, heavy {heavy:?}",
+            worst(1)
+        );
+        assert!(
+            typical < idle[1] * 20 + heavy / 100,
+            "/v1/completions: median {typical:?} during it, idle {:?}",
+            idle[1]
+        );
+    });
 }
