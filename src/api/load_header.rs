@@ -8,7 +8,6 @@ use actix_web::middleware::Next;
 use actix_web::{Error, web};
 
 use super::AppState;
-use crate::scheduler::actor::GetLoad;
 use crate::stats::data::SchedulerStats;
 
 pub const FORMAT_HEADER: &str = "endpoint-load-metrics-format";
@@ -24,10 +23,10 @@ pub async fn endpoint_load_metrics(
         .get(FORMAT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_uppercase());
-    let scheduler = req.app_data::<web::Data<AppState>>().map(|s| s.scheduler.clone());
+    let engine = req.app_data::<web::Data<AppState>>().map(|s| s.engine.clone());
     let mut response = next.call(req).await?;
-    if let (Some(format), Some(scheduler)) = (format, scheduler)
-        && let Ok(load) = scheduler.send(GetLoad).await
+    if let (Some(format), Some(engine)) = (format, engine)
+        && let Some(load) = engine.load().await
         && let Ok(value) = HeaderValue::from_str(&render(&format, &load))
     {
         response

@@ -9,7 +9,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider;
 
 use super::exporter::Telemetry;
-use super::instruments::engine_metric_name;
+use super::family::{engine::ENGINE_HEALTHY, engine_metric_name};
 use crate::engine::health::{EngineHealth, EngineState};
 
 /// The gauge's value for a state.
@@ -31,10 +31,8 @@ pub fn register_engine_health(telemetry: &Telemetry, engine_prefix: &str, health
         // The SDK keeps the callback registered for the provider's life.
         let _ = provider
             .meter("kiln")
-            .u64_observable_gauge(engine_metric_name(engine_prefix, "engine_healthy"))
-            .with_description(
-                "1 while the engine serves; 0 while it loads or restarts its executor, and once it is dead.",
-            )
+            .u64_observable_gauge(engine_metric_name(engine_prefix, ENGINE_HEALTHY.name))
+            .with_description(ENGINE_HEALTHY.description)
             .with_callback(move |observer| observer.observe(healthy_value(&health.state()), &labels))
             .build();
     }

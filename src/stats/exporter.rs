@@ -16,9 +16,11 @@ use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 
 use super::boxed_reader::BoxedReader;
+use super::buckets::{BucketError, HistogramBuckets};
+use super::builder::InstrumentsConfig;
 use super::exemplars::{ExemplarSnapshot, ExemplarStore};
 use super::exposition::{ExpositionFormat, encode};
-use super::instruments::{BucketError, HistogramBuckets, Instruments, InstrumentsConfig};
+use super::instruments::Instruments;
 use super::push_histograms::{HistogramAggregation, PushTelemetry, exponential_view};
 use super::service_resource::service_resource;
 
@@ -177,7 +179,7 @@ pub fn build_telemetry_with_readers(
     Ok(Telemetry {
         registry,
         provider: Some(provider),
-        exemplars: instruments.exemplars.store.clone(),
+        exemplars: instruments.exemplar_store.clone(),
         instruments: Some(Arc::new(instruments)),
         push,
     })
@@ -432,7 +434,7 @@ mod tests {
             let families = [(GAUGES, "gauge"), (COUNTERS, "counter"), (HISTOGRAMS, "histogram")];
             for (names, kind) in families {
                 for name in names {
-                    let full = crate::stats::instruments::engine_metric_name(prefix, name);
+                    let full = crate::stats::family::engine_metric_name(prefix, name);
                     assert!(
                         text.contains(&format!("# TYPE {full} {kind}\n")),
                         "missing `# TYPE {full} {kind}` in\n{text}"

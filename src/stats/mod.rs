@@ -4,14 +4,16 @@
 
 pub mod actor;
 mod boxed_reader;
+pub mod buckets;
+pub mod builder;
 pub mod data;
 pub mod engine_health;
 pub mod exemplars;
 pub mod export_health;
 pub mod exporter;
 pub mod exposition;
+pub mod family;
 pub mod flagged;
-pub mod http_middleware;
 pub mod instrumentator;
 pub mod instruments;
 pub mod metrics_endpoint;
@@ -21,6 +23,7 @@ pub mod push_histograms;
 mod service_resource;
 pub mod span_exports;
 pub mod step_cost;
+pub mod step_duration;
 pub mod structured;
 pub mod throughput_log;
 pub mod token_load;

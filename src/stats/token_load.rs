@@ -4,27 +4,11 @@
 //! cache would not cover), so a router can weigh replicas by the work queued, not by requests.
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Gauge, Meter};
+use opentelemetry::metrics::Gauge;
 
+use super::builder::InstrumentBuilder;
 use super::data::TokenLoad;
-
-/// One gauge: its name (after the engine prefix unless `kiln_`), unit and description.
-struct GaugeSpec {
-    name: &'static str,
-    unit: &'static str,
-    description: &'static str,
-}
-
-// None of these names is one `engine_metric_name` respells under a lint-clean prefix.
-#[rustfmt::skip]
-const NUM_TOKENS_WAITING: GaugeSpec = GaugeSpec { name: "num_tokens_waiting", unit: "{token}", description: "Tokens the waiting requests still have to compute (prompt, and generated tokens of recompute-preempted requests)." };
-#[rustfmt::skip]
-const NUM_TOKENS_RUNNING: GaugeSpec = GaugeSpec { name: "num_tokens_running", unit: "{token}", description: "Context tokens (prompt plus generated) of the requests in the running batch." };
-#[rustfmt::skip]
-const MAX_TOKEN_CAPACITY: GaugeSpec = GaugeSpec { name: "max_token_capacity", unit: "{token}", description: "Tokens the device KV cache holds when full." };
-/// kiln's own family: no engine prefix.
-#[rustfmt::skip]
-const UNCACHED_TOKENS_WAITING: GaugeSpec = GaugeSpec { name: "kiln_uncached_tokens_waiting", unit: "{token}", description: "Of the waiting tokens, those the prefix cache would not cover if admitted now." };
+use super::family::{engine, kiln};
 
 pub(super) struct TokenLoadInstruments {
     waiting: Gauge<u64>,
@@ -34,20 +18,12 @@ pub(super) struct TokenLoadInstruments {
 }
 
 impl TokenLoadInstruments {
-    pub(super) fn new(meter: &Meter, engine_prefix: &str) -> Self {
-        let gauge = |name: String, s: GaugeSpec| {
-            meter
-                .u64_gauge(name)
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .build()
-        };
-        let engine = |s: GaugeSpec| gauge(format!("{engine_prefix}{}", s.name), s);
+    pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
         Self {
-            waiting: engine(NUM_TOKENS_WAITING),
-            running: engine(NUM_TOKENS_RUNNING),
-            capacity: engine(MAX_TOKEN_CAPACITY),
-            uncached_waiting: gauge(UNCACHED_TOKENS_WAITING.name.into(), UNCACHED_TOKENS_WAITING),
+            waiting: b.gauge_u64(engine::NUM_TOKENS_WAITING),
+            running: b.gauge_u64(engine::NUM_TOKENS_RUNNING),
+            capacity: b.gauge_u64(engine::MAX_TOKEN_CAPACITY),
+            uncached_waiting: b.unprefixed().gauge_u64(kiln::UNCACHED_TOKENS_WAITING),
         }
     }
 
