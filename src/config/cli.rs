@@ -178,6 +178,9 @@ pub struct ServeArgs {
     /// cumulative or delta.
     #[arg(long, env = "KILN_OTLP_TEMPORALITY")]
     pub otlp_temporality: Option<String>,
+    /// Pushed histograms: explicit (the /metrics buckets) or exponential (base-2).
+    #[arg(long, env = "KILN_OTLP_HISTOGRAM_AGGREGATION")]
+    pub otlp_histogram_aggregation: Option<String>,
     /// Export request spans over OTLP to this URL (http/protobuf: include /v1/traces), as vLLM's.
     #[arg(long, env = "KILN_OTLP_TRACES_ENDPOINT")]
     pub otlp_traces_endpoint: Option<String>,
@@ -303,6 +306,10 @@ impl ServeArgs {
         set(&mut c.telemetry.otlp_interval_s, &self.otlp_interval);
         set(&mut c.telemetry.otlp_timeout_s, &self.otlp_timeout);
         set(&mut c.telemetry.otlp_temporality, &self.otlp_temporality);
+        set(
+            &mut c.telemetry.otlp_histogram_aggregation,
+            &self.otlp_histogram_aggregation,
+        );
         set(&mut c.telemetry.otlp_traces_endpoint, &self.otlp_traces_endpoint);
         set(&mut c.telemetry.otlp_traces_protocol, &self.otlp_traces_protocol);
         set(&mut c.telemetry.otlp_traces_queue_size, &self.otlp_traces_queue_size);

@@ -167,6 +167,9 @@ pub struct TelemetrySettings {
     pub otlp_headers: Vec<String>,
     /// "cumulative" or "delta".
     pub otlp_temporality: String,
+    /// Pushed histograms: "explicit" or "exponential"; empty: from
+    /// `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION` (default explicit).
+    pub otlp_histogram_aggregation: String,
     /// KV-block residency histograms (vLLM's `--kv-cache-metrics`).
     pub kv_cache_metrics: bool,
     /// Fraction of KV blocks sampled for them (vLLM's `--kv-cache-metrics-sample`).
@@ -251,6 +254,7 @@ impl Default for TelemetrySettings {
             otlp_timeout_s: 10.0,
             otlp_headers: Vec::new(),
             otlp_temporality: "cumulative".into(),
+            otlp_histogram_aggregation: String::new(),
             kv_cache_metrics: false,
             kv_cache_metrics_sample: 0.01,
             enable_mfu_metrics: false,
@@ -410,7 +414,20 @@ impl Config {
     /// Checks what the process environment adds (the `OTEL_*` traces variables), so a bad
     /// one stops startup before the model loads, naming the variable.
     pub fn validate_environment(&self, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        crate::stats::push_histograms::histogram_aggregation_from_lookup(
+            &self.telemetry.otlp_histogram_aggregation,
+            &lookup,
+        )
+        .map_err(|e| invalid("telemetry.otlp_histogram_aggregation", e))?;
         self.traces(lookup).map(|_| ())
+    }
+
+    /// How pushed histograms are aggregated: the setting, else the standard variable.
+    pub fn otlp_histogram_aggregation(&self) -> Result<crate::stats::push_histograms::HistogramAggregation, String> {
+        crate::stats::push_histograms::histogram_aggregation_from_lookup(
+            &self.telemetry.otlp_histogram_aggregation,
+            |name| std::env::var(name).ok(),
+        )
     }
 
     /// The OTLP push settings, or `None` when no endpoint is configured.

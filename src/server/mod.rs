@@ -182,6 +182,7 @@ async fn start_on<E: Executor>(
         },
         kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
         mfu_metrics: prepared.scheduler.step_cost.is_some(),
+        push_histograms: config.otlp_histogram_aggregation().map_err(anyhow::Error::msg)?,
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
@@ -190,7 +191,9 @@ async fn start_on<E: Executor>(
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
     };
-    let stats = StatsActor::new(telemetry.instruments.clone(), stats_config).start();
+    let stats = StatsActor::new(telemetry.instruments.clone(), stats_config)
+        .with_push_instruments(telemetry.push_instruments())
+        .start();
     let executor = start_executor(
         prepared.executor,
         Supervision {

@@ -74,6 +74,8 @@ impl Default for StatsActorConfig {
 pub struct StatsActor {
     /// `None` when telemetry is disabled: nothing is recorded.
     instruments: Option<Arc<Instruments>>,
+    /// The push side's own copy (exponential OTLP histograms), recorded alike.
+    push: Option<Arc<Instruments>>,
     throughput: ThroughputLog,
     config: StatsActorConfig,
 }
@@ -82,15 +84,27 @@ impl StatsActor {
     pub fn new(instruments: Option<Arc<Instruments>>, config: StatsActorConfig) -> Self {
         Self {
             instruments,
+            push: None,
             throughput: ThroughputLog::new(Instant::now()),
             config,
         }
     }
 
+    /// Also records into `push` (`Telemetry::push_instruments`), when there is one.
+    pub fn with_push_instruments(mut self, push: Option<Arc<Instruments>>) -> Self {
+        self.push = push;
+        self
+    }
+
+    /// Every instrument set a fact is recorded into.
+    fn all(&self) -> impl Iterator<Item = &Instruments> {
+        self.instruments.iter().chain(self.push.iter()).map(|i| &**i)
+    }
+
     /// Closes a throughput interval: sets the gauges, logs unless idle.
     fn log_tick(&mut self, now: Instant) -> ThroughputReport {
         let report = self.throughput.tick(now);
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             let e = &i.engine;
             e.avg_prompt_throughput.record(report.prompt_toks_per_s, &i.model);
             e.avg_generation_throughput
@@ -128,7 +142,7 @@ impl Handler<RecordStep> for StatsActor {
 
     fn handle(&mut self, msg: RecordStep, _: &mut Self::Context) {
         self.throughput.observe(&msg.scheduler, &msg.iteration);
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             i.record_step(&msg.scheduler, &msg.iteration);
         }
     }
@@ -138,7 +152,7 @@ impl Handler<RecordHttp> for StatsActor {
     type Result = ();
 
     fn handle(&mut self, msg: RecordHttp, _: &mut Self::Context) {
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             i.record_http(&msg);
         }
     }
@@ -158,7 +172,7 @@ impl Handler<HttpRequestStarted> for StatsActor {
     type Result = ();
 
     fn handle(&mut self, msg: HttpRequestStarted, _: &mut Self::Context) {
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             i.http.active_requests.add(1, &[method_attr(msg.method)]);
         }
     }
@@ -168,7 +182,7 @@ impl Handler<HttpRequestFinished> for StatsActor {
     type Result = ();
 
     fn handle(&mut self, msg: HttpRequestFinished, _: &mut Self::Context) {
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             i.http.active_requests.add(-1, &[method_attr(msg.method)]);
         }
     }
@@ -178,7 +192,7 @@ impl Handler<AdmissionRejected> for StatsActor {
     type Result = ();
 
     fn handle(&mut self, msg: AdmissionRejected, _: &mut Self::Context) {
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             let attrs = i.with_model(KeyValue::new("reason", msg.reason));
             i.engine.admission_rejections.add(1, &attrs);
         }
@@ -189,7 +203,7 @@ impl Handler<EngineRestarted> for StatsActor {
     type Result = ();
 
     fn handle(&mut self, msg: EngineRestarted, _: &mut Self::Context) {
-        if let Some(i) = &self.instruments {
+        for i in self.all() {
             i.engine.engine_restarts.add(u64::from(msg.restarts), &i.model);
         }
     }

@@ -20,20 +20,22 @@ pub fn healthy_value(state: &EngineState) -> u64 {
     }
 }
 
-/// Registers the gauge on the telemetry's meter provider (nothing when telemetry is off).
+/// Registers the gauge on the telemetry's meter providers (none when telemetry is off).
 pub fn register_engine_health(telemetry: &Telemetry, engine_prefix: &str, health: &Arc<EngineHealth>) {
-    let (Some(provider), Some(instruments)) = (&telemetry.provider, &telemetry.instruments) else {
+    let Some(instruments) = &telemetry.instruments else {
         return;
     };
-    let labels: Vec<KeyValue> = instruments.model.to_vec();
-    let health = Arc::clone(health);
-    // The SDK keeps the callback registered for the provider's life.
-    let _ = provider
-        .meter("kiln")
-        .u64_observable_gauge(engine_metric_name(engine_prefix, ENGINE_HEALTHY.name))
-        .with_description(ENGINE_HEALTHY.description)
-        .with_callback(move |observer| observer.observe(healthy_value(&health.state()), &labels))
-        .build();
+    for provider in telemetry.providers() {
+        let labels: Vec<KeyValue> = instruments.model.to_vec();
+        let health = Arc::clone(health);
+        // The SDK keeps the callback registered for the provider's life.
+        let _ = provider
+            .meter("kiln")
+            .u64_observable_gauge(engine_metric_name(engine_prefix, ENGINE_HEALTHY.name))
+            .with_description(ENGINE_HEALTHY.description)
+            .with_callback(move |observer| observer.observe(healthy_value(&health.state()), &labels))
+            .build();
+    }
 }
 
 #[cfg(test)]

@@ -38,20 +38,22 @@ impl Telemetry {
     /// from the start (at 0 when nothing is pushed), so `rate()` has a baseline. A no-op
     /// with telemetry disabled.
     pub fn count_otlp_metric_exports(&self, outcomes: Arc<ExportOutcomes>) {
-        let Some(provider) = &self.provider else { return };
-        let success = [KeyValue::new("result", "success")];
-        let failure = [KeyValue::new("result", "failure")];
-        // The SDK keeps the callback for the provider's lifetime; the handle is not needed.
-        let _counter = provider
-            .meter("kiln")
-            .u64_observable_counter(OTLP_METRIC_EXPORTS.name)
-            .with_unit(OTLP_METRIC_EXPORTS.unit)
-            .with_description(OTLP_METRIC_EXPORTS.description)
-            .with_callback(move |observer| {
-                observer.observe(outcomes.successes(), &success);
-                observer.observe(outcomes.failures(), &failure);
-            })
-            .build();
+        for provider in self.providers() {
+            let outcomes = Arc::clone(&outcomes);
+            let success = [KeyValue::new("result", "success")];
+            let failure = [KeyValue::new("result", "failure")];
+            // The SDK keeps the callback for the provider's lifetime; the handle is not needed.
+            let _counter = provider
+                .meter("kiln")
+                .u64_observable_counter(OTLP_METRIC_EXPORTS.name)
+                .with_unit(OTLP_METRIC_EXPORTS.unit)
+                .with_description(OTLP_METRIC_EXPORTS.description)
+                .with_callback(move |observer| {
+                    observer.observe(outcomes.successes(), &success);
+                    observer.observe(outcomes.failures(), &failure);
+                })
+                .build();
+        }
     }
 }
 

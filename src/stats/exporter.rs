@@ -4,25 +4,25 @@
 //! join the same provider through `build_telemetry_with_readers`, so both paths see the
 //! same instruments.
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::error::OTelSdkError;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{InstrumentKind, Pipeline, SdkMeterProvider, Temporality};
-use opentelemetry_sdk::resource::EnvResourceDetector;
 use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 
+use super::boxed_reader::BoxedReader;
 use super::buckets::{BucketError, HistogramBuckets};
 use super::builder::InstrumentsConfig;
 use super::exemplars::{ExemplarSnapshot, ExemplarStore};
 use super::exposition::{ExpositionFormat, encode};
 use super::instruments::Instruments;
+use super::push_histograms::{HistogramAggregation, PushTelemetry, exponential_view};
+use super::service_resource::service_resource;
 
 /// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
 pub const METRICS_CONTENT_TYPE: &str = ExpositionFormat::PrometheusText.content_type();
@@ -58,6 +58,8 @@ pub struct TelemetryConfig {
     pub kv_cache_metrics: bool,
     /// `--enable-mfu-metrics`: expose the estimated FLOPs and bytes counters.
     pub mfu_metrics: bool,
+    /// How the push readers get the histograms (`--otlp-histogram-aggregation`).
+    pub push_histograms: HistogramAggregation,
 }
 
 impl Default for TelemetryConfig {
@@ -72,6 +74,7 @@ impl Default for TelemetryConfig {
             cache_info: CacheConfigInfo::default(),
             kv_cache_metrics: false,
             mfu_metrics: false,
+            push_histograms: HistogramAggregation::Explicit,
         }
     }
 }
@@ -101,15 +104,29 @@ pub struct Telemetry {
     pub provider: Option<SdkMeterProvider>,
     pub instruments: Option<Arc<Instruments>>,
     pub exemplars: Arc<ExemplarStore>,
+    /// Push readers on a provider of their own (exponential histograms); else they share
+    /// `provider`.
+    pub push: Option<PushTelemetry>,
 }
 
 impl Telemetry {
     /// Flushes push readers (OTLP) and stops them; call once at shutdown.
     pub fn shutdown(&self) -> Result<(), TelemetryError> {
-        match &self.provider {
-            Some(p) => p.shutdown().map_err(TelemetryError::Shutdown),
-            None => Ok(()),
+        for provider in self.providers() {
+            provider.shutdown().map_err(TelemetryError::Shutdown)?;
         }
+        Ok(())
+    }
+
+    /// Every meter provider: observable instruments (export counters, engine health) are
+    /// registered on each, so push sees them too.
+    pub fn providers(&self) -> impl Iterator<Item = &SdkMeterProvider> {
+        self.provider.iter().chain(self.push.as_ref().map(|p| &p.provider))
+    }
+
+    /// The push side's own instruments, when it has a provider of its own.
+    pub fn push_instruments(&self) -> Option<Arc<Instruments>> {
+        self.push.as_ref().map(|p| Arc::clone(&p.instruments))
     }
 }
 
@@ -131,6 +148,7 @@ pub fn build_telemetry_with_readers(
             provider: None,
             instruments: None,
             exemplars: Arc::default(),
+            push: None,
         });
     }
     validate(cfg)?;
@@ -144,14 +162,45 @@ pub fn build_telemetry_with_readers(
     #[cfg(target_os = "linux")]
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
 
+    let exponential = cfg.push_histograms == HistogramAggregation::Exponential && !push_readers.is_empty();
+    let (shared_readers, push) = if exponential {
+        (Vec::new(), Some(push_provider(cfg, push_readers)))
+    } else {
+        (push_readers, None)
+    };
     let mut builder = SdkMeterProvider::builder()
         .with_resource(resource(cfg))
         .with_reader(prometheus_reader);
-    for reader in push_readers {
+    for reader in shared_readers {
         builder = builder.with_reader(BoxedReader(reader));
     }
     let provider = builder.build();
+    let instruments = instruments_on(&provider, cfg);
+    Ok(Telemetry {
+        registry,
+        provider: Some(provider),
+        exemplars: instruments.exemplar_store.clone(),
+        instruments: Some(Arc::new(instruments)),
+        push,
+    })
+}
 
+/// The push readers on a provider of their own whose histograms are exponential (see
+/// `push_histograms`), with their own instruments.
+fn push_provider(cfg: &TelemetryConfig, readers: Vec<Box<dyn MetricReader>>) -> PushTelemetry {
+    let mut builder = SdkMeterProvider::builder()
+        .with_resource(resource(cfg))
+        .with_view(exponential_view);
+    for reader in readers {
+        builder = builder.with_reader(BoxedReader(reader));
+    }
+    let provider = builder.build();
+    let instruments = Arc::new(instruments_on(&provider, cfg));
+    PushTelemetry { provider, instruments }
+}
+
+/// The instruments on `provider`'s meter, every series created at its start value.
+fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig) -> Instruments {
     let meter = provider.meter(METER_NAME);
     let instruments = Instruments::new(
         &meter,
@@ -168,12 +217,7 @@ pub fn build_telemetry_with_readers(
     let capacity = info.num_gpu_blocks * info.block_size;
     instruments.token_load.record_capacity(&instruments.model, capacity);
     instruments.record_initial();
-    Ok(Telemetry {
-        registry,
-        provider: Some(provider),
-        exemplars: instruments.exemplar_store.clone(),
-        instruments: Some(Arc::new(instruments)),
-    })
+    instruments
 }
 
 /// Renders the registry in the Prometheus text format (`METRICS_CONTENT_TYPE`) with kiln's
@@ -213,33 +257,9 @@ fn validate(cfg: &TelemetryConfig) -> Result<(), TelemetryError> {
     Ok(())
 }
 
-/// `service.*` from the config, then `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` on
-/// top (the standard variables win, as the OpenTelemetry spec says). No SDK/telemetry
-/// detectors: `target_info` carries what operators asked for and nothing else.
+/// The resource of every export (`service_resource`).
 pub fn resource(cfg: &TelemetryConfig) -> Resource {
-    let instance_id = if cfg.service_instance_id.is_empty() {
-        default_instance_id()
-    } else {
-        cfg.service_instance_id.clone()
-    };
-    let mut builder = Resource::builder_empty()
-        .with_service_name(cfg.service_name.clone())
-        .with_attributes([
-            KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
-            KeyValue::new("service.instance.id", instance_id),
-        ])
-        .with_detector(Box::new(EnvResourceDetector::new()));
-    if let Some(name) = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()) {
-        builder = builder.with_service_name(name);
-    }
-    builder.build()
-}
-
-fn default_instance_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".to_owned());
-    format!("{}@{host}", std::process::id())
+    service_resource(&cfg.service_name, &cfg.service_instance_id)
 }
 
 /// `cache_config_info` is an info metric: value 1, facts in the labels, set once.
@@ -255,32 +275,6 @@ fn record_cache_config(instruments: &Instruments, info: &CacheConfigInfo) {
             KeyValue::new("enable_prefix_caching", info.enable_prefix_caching.to_string()),
         ],
     );
-}
-
-/// `with_reader` wants a sized `MetricReader`; this forwards to a boxed one so callers
-/// can pass readers of different exporter types in one `Vec`.
-#[derive(Debug)]
-struct BoxedReader(Box<dyn MetricReader>);
-
-impl MetricReader for BoxedReader {
-    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline)
-    }
-    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-        self.0.collect(rm)
-    }
-    fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
-    }
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-    fn shutdown(&self) -> OTelSdkResult {
-        self.0.shutdown()
-    }
-    fn temporality(&self, kind: InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
-    }
 }
 
 /// Helpers shared by the stats tests: read series out of a rendered exposition.
@@ -360,7 +354,12 @@ mod tests {
     use super::*;
     use crate::engine::types::FinishReason;
     use crate::stats::data::{IterationStats, SchedulerStats};
-    use opentelemetry_sdk::metrics::ManualReader;
+    use std::sync::Weak;
+    use std::time::Duration;
+
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::metrics::data::ResourceMetrics;
+    use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, Temporality};
 
     const GAUGES: &[&str] = &[
         "num_requests_running",

@@ -3,6 +3,7 @@
 //! `instruments`; `exporter` exposes them to Prometheus (and push readers).
 
 pub mod actor;
+mod boxed_reader;
 pub mod buckets;
 pub mod builder;
 pub mod data;
@@ -18,6 +19,8 @@ pub mod instruments;
 pub mod metrics_endpoint;
 pub mod otlp;
 pub mod prompt_source;
+pub mod push_histograms;
+mod service_resource;
 pub mod span_exports;
 pub mod step_cost;
 pub mod step_duration;

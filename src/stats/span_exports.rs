@@ -47,34 +47,33 @@ impl SpanExportCounters {
     }
 }
 
-/// Registers the two families on the telemetry's meter provider (nothing when telemetry is
+/// Registers the two families on the telemetry's meter providers (none when telemetry is
 /// disabled). Both exist from startup, at zero, so `increase()` alerts have a series.
 pub fn register_span_export_counters(telemetry: &Telemetry, counters: &Arc<SpanExportCounters>) {
-    let Some(provider) = &telemetry.provider else {
-        return;
-    };
-    let meter = provider.meter("kiln");
-    let exports = Arc::clone(counters);
-    let success = [KeyValue::new("result", "success")];
-    let failure = [KeyValue::new("result", "failure")];
-    // The SDK keeps the callbacks registered for the provider's life.
-    let _ = meter
-        .u64_observable_counter("kiln_otlp_span_exports")
-        .with_unit("{export}")
-        .with_description("OTLP span export calls (one per batch), by result.")
-        .with_callback(move |observer| {
-            let counts = exports.counts();
-            observer.observe(counts.success, &success);
-            observer.observe(counts.failure, &failure);
-        })
-        .build();
-    let dropped = Arc::clone(counters);
-    let _ = meter
-        .u64_observable_counter("kiln_otlp_spans_dropped")
-        .with_unit("{span}")
-        .with_description("Spans dropped because the bounded span export queue was full.")
-        .with_callback(move |observer| observer.observe(dropped.counts().dropped, &[]))
-        .build();
+    for provider in telemetry.providers() {
+        let meter = provider.meter("kiln");
+        let exports = Arc::clone(counters);
+        let success = [KeyValue::new("result", "success")];
+        let failure = [KeyValue::new("result", "failure")];
+        // The SDK keeps the callbacks registered for the provider's life.
+        let _ = meter
+            .u64_observable_counter("kiln_otlp_span_exports")
+            .with_unit("{export}")
+            .with_description("OTLP span export calls (one per batch), by result.")
+            .with_callback(move |observer| {
+                let counts = exports.counts();
+                observer.observe(counts.success, &success);
+                observer.observe(counts.failure, &failure);
+            })
+            .build();
+        let dropped = Arc::clone(counters);
+        let _ = meter
+            .u64_observable_counter("kiln_otlp_spans_dropped")
+            .with_unit("{span}")
+            .with_description("Spans dropped because the bounded span export queue was full.")
+            .with_callback(move |observer| observer.observe(dropped.counts().dropped, &[]))
+            .build();
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod log_injection;
 mod model_formats;
 mod openai_client;
 mod openapi;
+mod otlp_exponential;
 mod otlp_export_health;
 mod otlp_push;
 mod output_processing;
