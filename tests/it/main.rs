@@ -20,6 +20,7 @@ mod eval_harness_shapes;
 mod exemplars;
 mod faults;
 mod gateway_metrics;
+mod gemma3_270m;
 mod grafana_dashboard;
 mod hostile_input;
 mod kv_events;
