@@ -8,6 +8,7 @@ mod access_logs;
 mod agent_frameworks;
 mod alert_rules;
 mod api_tiny;
+mod arch_features;
 mod arch_parity;
 mod benchmarks;
 mod chat_templates;
