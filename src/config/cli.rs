@@ -62,9 +62,9 @@ pub struct ServeArgs {
     /// Serve `tool_choice: "auto"` (needs --tool-call-parser).
     #[arg(long, env = "KILN_ENABLE_AUTO_TOOL_CHOICE")]
     pub enable_auto_tool_choice: bool,
-    /// How `auto` tool calls are read from the model's text: hermes.
-    #[arg(long, env = "KILN_TOOL_CALL_PARSER")]
-    pub tool_call_parser: Option<String>,
+    /// How `auto` tool calls are read from the model's text.
+    #[arg(long, env = "KILN_TOOL_CALL_PARSER", value_enum)]
+    pub tool_call_parser: Option<super::ToolCallParser>,
     /// Tokens per KV-cache block.
     #[arg(long, env = "KILN_BLOCK_SIZE")]
     pub block_size: Option<usize>,
@@ -80,6 +80,18 @@ pub struct ServeArgs {
     pub max_num_batched_tokens: Option<usize>,
     #[arg(long, env = "KILN_MAX_MODEL_LEN")]
     pub max_model_len: Option<usize>,
+    /// Predicted wall time one engine step may take, in ms (0: no time budget).
+    #[arg(long, env = "KILN_MAX_STEP_MS")]
+    pub max_step_ms: Option<f64>,
+    /// Prompts prefilled side by side in one step.
+    #[arg(long, env = "KILN_MAX_NUM_PARTIAL_PREFILLS")]
+    pub max_num_partial_prefills: Option<usize>,
+    /// Long prompts prefilled side by side in one step.
+    #[arg(long, env = "KILN_MAX_LONG_PARTIAL_PREFILLS")]
+    pub max_long_partial_prefills: Option<usize>,
+    /// Prompts with more tokens left than this are long (0: 4% of max_model_len).
+    #[arg(long, env = "KILN_LONG_PREFILL_TOKEN_THRESHOLD")]
+    pub long_prefill_token_threshold: Option<usize>,
     /// Requests allowed to wait before new ones get 429.
     #[arg(long, env = "KILN_MAX_WAITING")]
     pub max_waiting: Option<usize>,
@@ -202,9 +214,9 @@ pub struct ServeArgs {
     /// Seconds one engine step may run before kiln declares it hung and exits (0: never).
     #[arg(long, env = "KILN_STEP_TIMEOUT")]
     pub step_timeout: Option<f64>,
-    /// CPU kernels: auto (the best this CPU runs, detected at start), avx512, avx2 or portable.
-    #[arg(long, env = "KILN_CPU_KERNELS")]
-    pub cpu_kernels: Option<String>,
+    /// CPU kernels: auto is the best this CPU runs, detected at start.
+    #[arg(long, env = "KILN_CPU_KERNELS", value_enum)]
+    pub cpu_kernels: Option<super::CpuKernels>,
     /// vLLM's KV-cache events, as its JSON, e.g. '{"enable_kv_cache_events": true,
     /// "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv@pod@model"}'.
     #[arg(long, env = "KILN_KV_EVENTS_CONFIG")]
@@ -231,7 +243,9 @@ impl ServeArgs {
         set(&mut c.model.cache_dir, &self.cache_dir);
         set(&mut c.model.chat_template, &self.chat_template);
         c.model.enable_auto_tool_choice |= self.enable_auto_tool_choice;
-        set(&mut c.model.tool_call_parser, &self.tool_call_parser);
+        if self.tool_call_parser.is_some() {
+            c.model.tool_call_parser = self.tool_call_parser;
+        }
         if self.dequantize_weights {
             c.model.dequantize_weights = true;
         }
@@ -264,6 +278,19 @@ impl ServeArgs {
         set(&mut c.engine.max_num_seqs, &self.max_num_seqs);
         set(&mut c.engine.max_num_batched_tokens, &self.max_num_batched_tokens);
         set(&mut c.engine.max_model_len, &self.max_model_len);
+        set(&mut c.scheduler.max_step_ms, &self.max_step_ms);
+        set(
+            &mut c.scheduler.max_num_partial_prefills,
+            &self.max_num_partial_prefills,
+        );
+        set(
+            &mut c.scheduler.max_long_partial_prefills,
+            &self.max_long_partial_prefills,
+        );
+        set(
+            &mut c.scheduler.long_prefill_token_threshold,
+            &self.long_prefill_token_threshold,
+        );
         set(&mut c.engine.max_waiting, &self.max_waiting);
         set(&mut c.engine.preemption_mode, &self.preemption_mode);
         set(&mut c.engine.swap_space_gib, &self.swap_space);

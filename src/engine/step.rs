@@ -80,6 +80,9 @@ pub struct ModelOutput {
     /// Constrained sequences whose matcher failed this step, with its error: they end
     /// failed rather than with a token sampled under a broken mask.
     pub grammar_failures: Vec<(RequestId, String)>,
+    /// Wall time the executor spent on the step (filled in by the executor actor): the
+    /// step-duration histogram and the scheduler's step-time model learn from it.
+    pub step_seconds: f64,
 }
 
 /// Run one step.
@@ -106,7 +109,8 @@ pub enum ExecutorError {
 }
 
 /// Where in a step the executor thread is: the points where the fake executor injects
-/// panics, to show that each is survived.
+/// panics, to show that each is survived (test builds only).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StepStage {
     /// Filling in the placeholders of a step scheduled ahead.

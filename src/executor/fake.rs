@@ -12,6 +12,8 @@ use crate::engine::step::{ExecutorError, ModelOutput, SampledToken, SchedulerOut
 pub struct FakeBehaviour {
     /// Sleep this long every step (to let requests pile up).
     pub step_delay: Duration,
+    /// And this long per token in the step (a step time that grows with its prefill chunks).
+    pub token_delay: Duration,
     /// Fail the step when a sequence runs this token.
     pub fail_on_token: Option<u32>,
     /// Panic when a sequence runs this token, at `panic_stage` of the step.
@@ -53,8 +55,9 @@ impl FakeExecutor {
 impl Executor for FakeExecutor {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
         self.steps += 1;
-        if !self.behaviour.step_delay.is_zero() {
-            std::thread::sleep(self.behaviour.step_delay);
+        let delay = self.behaviour.step_delay + self.behaviour.token_delay * batch.num_tokens() as u32;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
         }
         if let Some((token, stall)) = self.behaviour.stall_on_token
             && runs(batch, Some(token))

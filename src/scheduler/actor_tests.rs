@@ -118,6 +118,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             async_scheduling: true,
             kv_block_metrics_sample: 0.0,
             step_cost: None,
+            sharing: Default::default(),
         },
         vec![999],
     );
@@ -128,7 +129,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             id: "r".into(),
             prompt_token_ids: vec![5, 6, 7],
             params: Arc::new(SamplingParams {
-                max_tokens: MAX_TOKENS as u32,
+                max_tokens: Some(MAX_TOKENS as u32),
                 temperature: 0.0,
                 ..Default::default()
             }),
@@ -186,7 +187,7 @@ fn generate(id: &str, prompt_len: u32, events: UnboundedSender<TokenEvent>) -> G
         id: id.into(),
         prompt_token_ids: (0..prompt_len).map(|i| i % 100).collect(),
         params: Arc::new(SamplingParams {
-            max_tokens: 2,
+            max_tokens: Some(2),
             temperature: 0.0,
             ..Default::default()
         }),
@@ -232,6 +233,7 @@ async fn a_client_gone_on_the_way_in_or_mid_prefill_does_not_keep_its_prefill_ru
             async_scheduling: false,
             kv_block_metrics_sample: 0.0,
             step_cost: None,
+            sharing: Default::default(),
         },
         vec![999],
     );

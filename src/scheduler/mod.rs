@@ -4,6 +4,8 @@ pub mod actor;
 mod in_flight;
 pub mod policy;
 pub mod request;
+pub mod step_budget;
+pub mod step_time;
 
-pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult};
+pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult, StepSharing};
 pub use request::NewRequest;

@@ -8,6 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::request::{NewRequest, Request};
+use super::step_budget::StepBudget;
+pub use super::step_budget::StepSharing;
+use super::step_time::{StepShape, StepTimeModel};
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::AbortReason;
 use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
@@ -38,6 +41,8 @@ pub struct SchedulerConfig {
     pub kv_block_metrics_sample: f64,
     /// Estimate each step's FLOPs and bytes (`--enable-mfu-metrics`); `None`: off.
     pub step_cost: Option<StepCostModel>,
+    /// The time budget and the partial-prefill limits (off by default).
+    pub sharing: StepSharing,
 }
 
 pub use crate::config::PreemptionMode;
@@ -68,6 +73,8 @@ pub struct Scheduler {
     /// request (`count_prefix_lookup`).
     prefix_queries: u64,
     prefix_hits: u64,
+    /// Predicts step times for the time budget; learns from the executor's measurements.
+    step_time: StepTimeModel,
 }
 
 impl Scheduler {
@@ -86,6 +93,7 @@ impl Scheduler {
             config.max_model_len = cache_tokens;
         }
         let blocks = Self::new_blocks(&config);
+        let step_time = StepTimeModel::new(config.sharing.step_time_prior, config.sharing.learn_step_time);
         Self {
             config,
             blocks,
@@ -97,6 +105,7 @@ impl Scheduler {
             preemptions: 0,
             prefix_queries: 0,
             prefix_hits: 0,
+            step_time,
         }
     }
 
@@ -159,11 +168,15 @@ impl Scheduler {
             "schedule() with a step in flight; use schedule_ahead()"
         );
         let mut out = SchedulerOutput::default();
-        let mut budget = self.config.max_num_batched_tokens;
+        let mut budget = self.new_budget();
         let mut preempted = false;
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let num_new = self.num_to_schedule(&self.running[i]).min(budget);
+        while i < self.running.len() && budget.has_tokens() {
+            let num_new = self.running_chunk(&self.running[i], &mut budget);
+            if num_new == 0 {
+                i += 1;
+                continue;
+            }
             let target = self.running[i].num_computed + num_new;
             let mut fits = true;
             while self.blocks.allocate_slots(&self.running[i].id, target).is_none() {
@@ -178,7 +191,6 @@ impl Scheduler {
             if !fits {
                 break;
             }
-            budget -= num_new;
             out.sequences
                 .push(Self::scheduled(&self.blocks, &mut self.running[i], num_new));
             i += 1;
@@ -208,11 +220,11 @@ impl Scheduler {
             return None;
         }
         // Plan the running requests first, without touching anything, to see if they fit.
-        let mut budget = self.config.max_num_batched_tokens;
+        let mut budget = self.new_budget();
         let mut plan = Vec::new();
         let mut blocks_needed = 0;
         for (index, request) in self.running.iter().enumerate() {
-            let num_new = self.num_to_schedule(request).min(budget);
+            let num_new = self.running_chunk(request, &mut budget);
             if num_new == 0 {
                 continue;
             }
@@ -221,7 +233,6 @@ impl Scheduler {
                 .blocks
                 .blocks_for(request.num_scheduled() + num_new)
                 .saturating_sub(have);
-            budget -= num_new;
             plan.push((index, num_new));
         }
         if blocks_needed > self.blocks.num_free_blocks() {
@@ -243,73 +254,14 @@ impl Scheduler {
     /// Tokens a running request can run next: the rest of its prompt (or of a recompute),
     /// or its latest token, possibly one a step in flight has yet to sample. 0 when that
     /// pending token ends the request by length, or when everything is already in flight.
-    fn num_to_schedule(&self, request: &Request) -> usize {
+    pub(super) fn num_to_schedule(&self, request: &Request) -> usize {
         let pending_ends_it = request.in_flight.samples() > 0
-            && (request.num_generated_with_pending() >= request.params.max_tokens as usize
+            && (request.num_generated_with_pending() >= request.params.token_budget()
                 || request.len_with_pending() >= self.config.max_model_len);
         if pending_ends_it {
             return 0;
         }
         request.len_with_pending() - request.num_scheduled()
-    }
-
-    /// Admits waiting requests in arrival order while the budget, the sequence limit and
-    /// the cache allow (never by preempting).
-    fn admit_waiting(&mut self, out: &mut SchedulerOutput, budget: &mut usize, now: Instant) {
-        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
-            let Some(request) = self.waiting.front_mut() else {
-                break;
-            };
-            if request.num_computed == 0 && self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
-                let tokens = request.tokens(0, request.total_len());
-                request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
-            }
-            let num_new = (request.total_len() - request.num_computed).min(*budget);
-            if self
-                .blocks
-                .allocate_slots(&request.id, request.num_computed + num_new)
-                .is_none()
-            {
-                // Give back any pinned prefix blocks; the lookup is repeated next step.
-                self.blocks.free(&request.id);
-                request.num_computed = 0;
-                break;
-            }
-            let mut request = self.waiting.pop_front().expect("front exists");
-            self.count_prefix_lookup(&mut request);
-            request.note_scheduled(now);
-            *budget -= num_new;
-            out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
-            self.running.push(request);
-        }
-    }
-
-    /// Brings swapped requests back while their blocks, one more token each, the budget and
-    /// the sequence limit fit.
-    fn swap_in_swapped(&mut self, out: &mut SchedulerOutput, budget: &mut usize, now: Instant) {
-        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
-            let Some(request) = self.swapped.front() else {
-                break;
-            };
-            let num_new = (request.total_len() - request.num_computed).min(*budget);
-            let needed = self.blocks.blocks_for(request.num_computed + num_new);
-            if !self.blocks.can_swap_in(&request.id) || self.blocks.num_free_blocks() < needed {
-                break;
-            }
-            let Some(pairs) = self.blocks.swap_in(&request.id) else {
-                break;
-            };
-            out.swap_in.extend(pairs);
-            let mut request = self.swapped.pop_front().expect("front exists");
-            request.note(RequestEventKind::SwappedIn, now);
-            let target = request.num_computed + num_new;
-            // Checked above: the free blocks cover the swapped table plus the new tokens.
-            let grown = self.blocks.allocate_slots(&request.id, target);
-            debug_assert!(grown.is_some(), "room for a swapped-in request was checked");
-            *budget -= num_new;
-            out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
-            self.running.push(request);
-        }
     }
 
     /// Preempts a running request: swaps its blocks to the host pool when that mode is on
@@ -332,7 +284,7 @@ impl Scheduler {
 
     /// The next `num_new` tokens of `request` as a step's sequence, counted as in flight
     /// until [`Self::update_from_output`] sees them come back.
-    fn scheduled(blocks: &BlockManager, request: &mut Request, num_new: usize) -> ScheduledSequence {
+    pub(super) fn scheduled(blocks: &BlockManager, request: &mut Request, num_new: usize) -> ScheduledSequence {
         let start = request.num_scheduled();
         let end = start + num_new;
         let mut token_ids = request.tokens(start, num_new);
@@ -393,6 +345,12 @@ impl Scheduler {
             }
         }
         iteration.grammar_mask_seconds.extend(&output.grammar_mask_seconds);
+        iteration.step_duration_s = Some(output.step_seconds);
+        let shape = batch.sequences.iter().fold(StepShape::default(), |mut shape, seq| {
+            shape.add(StepShape::chunk(seq.token_ids.len(), seq.start_position));
+            shape
+        });
+        self.step_time.observe(shape, output.step_seconds);
         let mut grammar_failures = output.grammar_failures;
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
@@ -464,7 +422,7 @@ impl Scheduler {
         if (!params.ignore_eos && self.end_of_generation.contains(&token)) || params.stop_token_ids.contains(&token) {
             return Some(FinishReason::Stop);
         }
-        if request.output.len() >= params.max_tokens as usize || request.total_len() >= self.config.max_model_len {
+        if request.output.len() >= params.token_budget() || request.total_len() >= self.config.max_model_len {
             return Some(FinishReason::Length);
         }
         None
@@ -562,6 +520,11 @@ impl Scheduler {
     }
 }
 
+#[path = "policy_admission.rs"]
+mod admission;
+#[cfg(test)]
+#[path = "policy_fairness_tests.rs"]
+mod fairness_tests;
 #[path = "policy_finish.rs"]
 mod finish;
 #[path = "policy_kv_events.rs"]
@@ -577,3 +540,5 @@ mod test_driver;
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;
+#[path = "policy_token_load.rs"]
+mod token_load;

@@ -82,6 +82,7 @@ fn case() -> impl Strategy<Value = Case> {
                     async_scheduling,
                     kv_block_metrics_sample: 0.0,
                     step_cost: None,
+                    sharing: Default::default(),
                 };
                 Case { config, arrivals }
             },
@@ -241,6 +242,7 @@ fn cache_of_384(mode: PreemptionMode, max_model_len: usize) -> SchedulerConfig {
         async_scheduling: false,
         kv_block_metrics_sample: 0.0,
         step_cost: None,
+        sharing: Default::default(),
     }
 }
 

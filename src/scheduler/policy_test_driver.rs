@@ -14,6 +14,7 @@ use crate::executor::Executor;
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
 use crate::executor::previous_samples::PreviousSamples;
 use crate::scheduler::request::NewRequest;
+use crate::scheduler::step_time::{StepShape, StepTimeCoefficients};
 
 pub(super) const EOS: u32 = 999;
 
@@ -31,6 +32,7 @@ pub(super) fn config(blocks: usize) -> SchedulerConfig {
         async_scheduling: false,
         kv_block_metrics_sample: 0.0,
         step_cost: None,
+        sharing: Default::default(),
     }
 }
 
@@ -40,7 +42,7 @@ pub(super) fn request(id: &str, prompt_len: usize, max_tokens: u32) -> NewReques
         // Token values well below EOS so the fake (last + 1) never emits EOS by accident.
         prompt_token_ids: (0..prompt_len as u32).map(|i| i % 100).collect(),
         params: Arc::new(SamplingParams {
-            max_tokens,
+            max_tokens: Some(max_tokens),
             temperature: 0.0,
             ..Default::default()
         }),
@@ -61,6 +63,10 @@ pub(super) struct Driver {
     /// Steps scheduled ahead, and placeholders they carried.
     pub(super) ahead_steps: usize,
     pub(super) placeholders: usize,
+    /// Predicts each step's time with these coefficients (and reports it as measured).
+    pub(super) predict: Option<StepTimeCoefficients>,
+    /// The last step's predicted seconds (0 without `predict`).
+    pub(super) last_predicted: f64,
 }
 
 impl Driver {
@@ -71,7 +77,15 @@ impl Driver {
             in_flight: VecDeque::new(),
             ahead_steps: 0,
             placeholders: 0,
+            predict: None,
+            last_predicted: 0.0,
         }
+    }
+
+    /// Steps "take" the time these coefficients predict for them.
+    pub(super) fn predicting(mut self, coefficients: StepTimeCoefficients) -> Self {
+        self.predict = Some(coefficients);
+        self
     }
 
     /// Sends what the actor would send, then runs the oldest step in flight and applies
@@ -95,8 +109,16 @@ impl Driver {
         }
         let batch = self.in_flight.pop_front()?;
         let resolved = self.previous.resolve(&batch).expect("every placeholder has its token");
-        let out = self.fake.execute(&resolved).expect("runs");
+        let mut out = self.fake.execute(&resolved).expect("runs");
         self.previous.record(&resolved, &out);
+        if let Some(coefficients) = self.predict {
+            let mut shape = StepShape::default();
+            for seq in &batch.sequences {
+                shape.add(StepShape::chunk(seq.token_ids.len(), seq.start_position));
+            }
+            self.last_predicted = coefficients.predict(shape);
+            out.step_seconds = self.last_predicted;
+        }
         Some(s.update_from_output(&batch, out, t))
     }
 }

@@ -5,6 +5,7 @@
 //! same socket then serves the engine, and connections made in between wait in its backlog.
 
 mod access;
+pub mod http_middleware;
 mod listeners;
 #[cfg(feature = "testing")]
 pub mod load_gate;
@@ -32,10 +33,10 @@ use crate::model::loader::open_model;
 use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
+use crate::stats::buckets::HistogramBuckets;
 use crate::stats::export_health::ExportOutcomes;
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
-use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
 use crate::stats::span_exports::{SpanExportCounters, register_span_export_counters};
 use crate::traces::Tracer;
@@ -101,8 +102,9 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
         };
         loading.stop(true).await;
         let prepared = prepared?;
-        let running = start_on(&config, prepared, listener, health).await?;
-        tracing::info!("serving on {}://{}", scheme(&access.tls), running.addr);
+        let served_scheme = scheme(&access.tls);
+        let running = start_on(&config, prepared, listener, health, access).await?;
+        tracing::info!("serving on {served_scheme}://{}", running.addr);
         let handle = running.server.handle();
         actix_web::rt::spawn(drain_on_signal(Drain {
             server: handle.clone(),
@@ -144,15 +146,18 @@ fn load(config: &Config) -> anyhow::Result<PreparedEngine<ModelRunner>> {
 /// config names (must run inside an actix system).
 pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) -> anyhow::Result<RunningServer> {
     let listener = bind_public(config)?;
-    start_on(config, prepared, listener, Arc::new(EngineHealth::new())).await
+    let access = Access::from_config(config)?;
+    start_on(config, prepared, listener, Arc::new(EngineHealth::new()), access).await
 }
 
-/// Starts the actors and serves HTTP on `listener`; `health` is turned ready once serving.
-pub async fn start_on<E: Executor>(
+/// Starts the actors and serves HTTP on `listener` guarded by `access` (built once, before
+/// the model loads); `health` is turned ready once serving.
+async fn start_on<E: Executor>(
     config: &Config,
     prepared: PreparedEngine<E>,
     listener: TcpListener,
     health: Arc<EngineHealth>,
+    access: Access,
 ) -> anyhow::Result<RunningServer> {
     let metric_exports = Arc::new(ExportOutcomes::default());
     let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
@@ -180,6 +185,7 @@ pub async fn start_on<E: Executor>(
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
+    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &health);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
@@ -202,7 +208,7 @@ pub async fn start_on<E: Executor>(
     let telemetry = Arc::new(telemetry);
     let state = web::Data::new(AppState {
         model: prepared.served,
-        scheduler: scheduler.clone(),
+        engine: crate::api::engine_handle::EngineHandle::new(scheduler.clone()),
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
         exemplars: telemetry.exemplars.clone(),
@@ -221,7 +227,6 @@ pub async fn start_on<E: Executor>(
     let access_log = web::Data::new(AccessLogSettings {
         probes: config.telemetry.access_log_probes,
     });
-    let access = Access::from_config(config)?;
     let keys = access.keys.clone();
     let cors = access.cors.clone();
     let metrics_here = config.telemetry.metrics_listen.is_empty();
@@ -245,7 +250,7 @@ pub async fn start_on<E: Executor>(
             .wrap(actix_web::middleware::from_fn(crate::api::auth::require_api_key))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(actix_web::middleware::from_fn(crate::api::access_log::access_log))
-            .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
+            .wrap(http_middleware::HttpMetrics::new(stats_for_http.clone()))
             .wrap(crate::api::cors::cors(&cors))
     })
     .workers(config.server.http_workers())

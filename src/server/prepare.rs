@@ -10,7 +10,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::PreparedEngine;
 use crate::api::ServedModel;
 use crate::api::tokenizer_info::{TokenizerConfigSource, tokenizer_config};
-use crate::api::tool_calls::ToolParserKind;
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
@@ -25,7 +24,8 @@ use crate::model::known_models::{KnownModel, known_model};
 use crate::model::loader::ModelFiles;
 use crate::model::weights::{LoadOptions, build_model};
 use crate::model::{Backend, default_device};
-use crate::scheduler::SchedulerConfig;
+use crate::scheduler::step_time::StepTimeCoefficients;
+use crate::scheduler::{SchedulerConfig, StepSharing};
 use crate::stats::step_cost::StepCostModel;
 use crate::tokenizer::{adds_bos, token_id_bound};
 
@@ -105,7 +105,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
 
 /// Sets the CPU kernels' instruction set for the process and logs it with what the CPU has.
 fn select_cpu_kernels(config: &Config) -> anyhow::Result<()> {
-    let path = KernelPath::choose(&config.engine.cpu_kernels).map_err(anyhow::Error::msg)?;
+    let path = config.engine.cpu_kernels.path().map_err(anyhow::Error::msg)?;
     crate::kernels::dispatch::set_active(path);
     let available: Vec<&str> = KernelPath::ALL
         .into_iter()
@@ -214,9 +214,8 @@ pub fn prepare_engine<E: Executor>(
             grammars,
             tool_parser: config
                 .model
-                .enable_auto_tool_choice
-                .then(|| ToolParserKind::from_name(&config.model.tool_call_parser))
-                .flatten(),
+                .tool_call_parser
+                .filter(|_| config.model.enable_auto_tool_choice),
             tokenizer_config: Arc::new(tokenizer_config),
         },
         executor,
@@ -237,6 +236,14 @@ pub fn prepare_engine<E: Executor>(
                 0.0
             },
             step_cost,
+            sharing: StepSharing {
+                max_step: config.scheduler.max_step(),
+                max_num_partial_prefills: config.scheduler.max_num_partial_prefills,
+                max_long_partial_prefills: config.scheduler.max_long_partial_prefills,
+                long_prefill_token_threshold: config.scheduler.long_prefill_threshold(max_model_len),
+                step_time_prior: StepTimeCoefficients::prior_for(&files.config),
+                learn_step_time: true,
+            },
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })

@@ -1,6 +1,10 @@
 //! Stats as plain data: produced by the scheduler each step, recorded by the `StatsActor`.
 //! Nothing here touches a metrics API.
 
+use std::time::Duration;
+
+use actix::Message;
+
 use super::step_cost::StepCost;
 use crate::engine::intervals::RequestIntervals;
 use crate::engine::trace_context::TraceContext;
@@ -25,6 +29,22 @@ pub struct SchedulerStats {
     pub num_preemptions: u64,
     /// Sampled KV-block residency since the last stats (`--kv-cache-metrics`; else empty).
     pub kv_block_residency: ResidencyObservations,
+    /// The same load counted in tokens (`num_tokens_waiting`, …).
+    pub tokens: TokenLoad,
+}
+
+/// The scheduler's load in tokens at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenLoad {
+    /// Tokens the waiting requests still have to compute (their prompt, plus the generated
+    /// tokens of a request preempted for recompute).
+    pub waiting: u64,
+    /// Of `waiting`, those the prefix cache would not cover if each were admitted now.
+    pub uncached_waiting: u64,
+    /// Context tokens (prompt plus generated) of the requests in the running batch.
+    pub running: u64,
+    /// Tokens the device KV cache holds when full.
+    pub capacity: u64,
 }
 
 /// What happened during one engine step (counters and histograms).
@@ -52,6 +72,8 @@ pub struct IterationStats {
     pub finished: Vec<FinishedRequestStats>,
     /// Seconds each grammar mask of the step took (constrained samples only).
     pub grammar_mask_seconds: Vec<f64>,
+    /// The executor's wall time for this step (`None` outside a step: aborts, failures).
+    pub step_duration_s: Option<f64>,
 }
 
 /// Everything the stats actor records for one finished request; intervals come from
@@ -92,4 +114,23 @@ impl From<f64> for Observation {
     fn from(seconds: f64) -> Self {
         Self { seconds, trace: None }
     }
+}
+
+/// One finished HTTP request (semconv `http.server.*`), sent by the middleware.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RecordHttp {
+    /// The matched route pattern (`/v1/models/{id}`); `None` for unmatched paths, so a
+    /// client cannot mint series.
+    pub route: Option<String>,
+    /// Normalised method: a known method or `_OTHER` (see `server::http_middleware::normalise_method`).
+    pub method: &'static str,
+    /// `None` when no response was sent (the handler panicked or the client left first).
+    pub status: Option<u16>,
+    /// Until the response body was fully sent (or dropped).
+    pub duration: Duration,
+    pub request_body_bytes: u64,
+    pub response_body_bytes: u64,
+    /// The status code for 5xx, `panic`, `cancelled`, …; `None` on success.
+    pub error_type: Option<String>,
 }

@@ -3,13 +3,16 @@
 //! `instruments`; `exporter` exposes them to Prometheus (and push readers).
 
 pub mod actor;
+pub mod buckets;
+pub mod builder;
 pub mod data;
+pub mod engine_health;
 pub mod exemplars;
 pub mod export_health;
 pub mod exporter;
 pub mod exposition;
+pub mod family;
 pub mod flagged;
-pub mod http_middleware;
 pub mod instrumentator;
 pub mod instruments;
 pub mod metrics_endpoint;
@@ -17,5 +20,7 @@ pub mod otlp;
 pub mod prompt_source;
 pub mod span_exports;
 pub mod step_cost;
+pub mod step_duration;
 pub mod structured;
 pub mod throughput_log;
+pub mod token_load;

@@ -109,7 +109,7 @@ fn tool_calls_and_structured_outputs_hold_their_schemas_on_every_architecture() 
         let t = serve(arch, |c| {
             c.model.chat_template = TOOLS_TEMPLATE.into();
             c.model.enable_auto_tool_choice = true;
-            c.model.tool_call_parser = "hermes".into();
+            c.model.tool_call_parser = Some(kiln::config::ToolCallParser::Hermes);
         });
         let (mut calls, mut answers) = (0, 0);
         for seed in 0..4 {

@@ -1,0 +1,136 @@
+//! Filling a step's budget: each running request's next chunk, swapped requests back in, and
+//! waiting requests admitted, short prompts ahead of long ones when the long-prefill limit is
+//! reached (see `step_budget`).
+
+use std::time::Instant;
+
+use super::Scheduler;
+use super::StepBudget;
+use crate::engine::step::SchedulerOutput;
+use crate::engine::timeline::RequestEventKind;
+use crate::scheduler::request::Request;
+use crate::scheduler::step_time::StepShape;
+
+impl Scheduler {
+    /// A fresh budget for the next step, with room kept for the work that goes first.
+    pub(super) fn new_budget(&self) -> StepBudget {
+        let sharing = self.config.sharing;
+        let mut budget = StepBudget::new(
+            sharing,
+            self.step_time.coefficients(),
+            self.config.max_num_batched_tokens,
+        )
+        .cold(self.step_time.is_cold());
+        if !sharing.is_on() {
+            return budget;
+        }
+        for request in &self.running {
+            let remaining = self.num_to_schedule(request);
+            if remaining > 0 && !sharing.is_long(remaining) {
+                budget.reserve(StepShape::chunk(remaining, request.num_scheduled()));
+            }
+        }
+        let slots = self.config.max_num_seqs.saturating_sub(self.running.len());
+        for request in self.waiting.iter().take(slots) {
+            let remaining = request.total_len() - request.num_computed;
+            if !sharing.is_long(remaining) {
+                budget.reserve(StepShape::chunk(remaining, request.num_computed));
+            }
+        }
+        budget
+    }
+
+    /// Tokens of a running request in this step: its decode token, or a prefill chunk the
+    /// budget allows (0: it waits this step).
+    pub(super) fn running_chunk(&self, request: &Request, budget: &mut StepBudget) -> usize {
+        let start = request.num_scheduled();
+        match self.num_to_schedule(request) {
+            0 => 0,
+            1 => budget.take_decode(start),
+            remaining => budget.take_prefill(remaining, start),
+        }
+    }
+
+    /// Admits waiting requests in arrival order while the budget, the sequence limit and
+    /// the cache allow (never by preempting). A long prompt is passed over, not waited for,
+    /// while the long-prefill limit is reached, so short ones behind it start.
+    pub(super) fn admit_waiting(&mut self, out: &mut SchedulerOutput, budget: &mut StepBudget, now: Instant) {
+        // Prompt tokens not computed yet, in flight included: a prompt whose last chunk runs
+        // now is still prefilling.
+        let mut long_prefilling = self
+            .running
+            .iter()
+            .filter(|r| budget.is_long(r.total_len() - r.num_computed))
+            .count();
+        let mut index = 0;
+        while budget.has_tokens() && self.running.len() < self.config.max_num_seqs && index < self.waiting.len() {
+            let request = &mut self.waiting[index];
+            if request.num_computed == 0 && self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
+                let tokens = request.tokens(0, request.total_len());
+                request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
+            }
+            let remaining = request.total_len() - request.num_computed;
+            if !budget.may_admit(remaining, long_prefilling) {
+                // Give back any pinned prefix blocks; the lookup is repeated when it runs.
+                self.blocks.free(&request.id);
+                request.num_computed = 0;
+                index += 1;
+                continue;
+            }
+            let num_new = budget.take_prefill(remaining, request.num_computed);
+            if num_new == 0
+                || self
+                    .blocks
+                    .allocate_slots(&request.id, request.num_computed + num_new)
+                    .is_none()
+            {
+                // Give back any pinned prefix blocks; the lookup is repeated next step.
+                self.blocks.free(&request.id);
+                request.num_computed = 0;
+                break;
+            }
+            long_prefilling += usize::from(budget.is_long(remaining));
+            let mut request = self.waiting.remove(index).expect("index is in range");
+            self.count_prefix_lookup(&mut request);
+            request.note_scheduled(now);
+            out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
+            self.running.push(request);
+        }
+    }
+
+    /// Brings swapped requests back while their blocks, one more token each, the budget and
+    /// the sequence limit fit.
+    pub(super) fn swap_in_swapped(&mut self, out: &mut SchedulerOutput, budget: &mut StepBudget, now: Instant) {
+        while budget.has_tokens() && self.running.len() < self.config.max_num_seqs {
+            let Some(request) = self.swapped.front() else {
+                break;
+            };
+            let wanted = request.total_len() - request.num_computed;
+            let num_new = wanted.min(budget.tokens_left());
+            let needed = self.blocks.blocks_for(request.num_computed + num_new);
+            if !self.blocks.can_swap_in(&request.id) || self.blocks.num_free_blocks() < needed {
+                break;
+            }
+            let Some(pairs) = self.blocks.swap_in(&request.id) else {
+                break;
+            };
+            // Charged as its chunk or decode; the blocks for `num_new` tokens were checked.
+            let start = request.num_computed;
+            let charged = if wanted == 1 {
+                budget.take_decode(start)
+            } else {
+                budget.take_prefill(wanted, start)
+            };
+            let num_new = charged.min(num_new).max(1);
+            out.swap_in.extend(pairs);
+            let mut request = self.swapped.pop_front().expect("front exists");
+            request.note(RequestEventKind::SwappedIn, now);
+            let target = request.num_computed + num_new;
+            // Checked above: the free blocks cover the swapped table plus the new tokens.
+            let grown = self.blocks.allocate_slots(&request.id, target);
+            debug_assert!(grown.is_some(), "room for a swapped-in request was checked");
+            out.sequences.push(Self::scheduled(&self.blocks, &mut request, num_new));
+            self.running.push(request);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The step budget inside the scheduler (issue 31), with a fixed step-time model so every
+//! step is deterministic: decodes always run, steps stay under the time budget, and a short
+//! request arriving during long prefills gets its first token within two steps.
+
+use std::time::{Duration, Instant};
+
+use super::test_driver::{Driver, EOS, config, request};
+use super::{Scheduler, SchedulerConfig, StepSharing};
+use crate::engine::events::TokenEvent;
+use crate::scheduler::step_time::StepTimeCoefficients;
+
+/// 10 ms a step, 0.2 ms a token, 0.2 µs an attention pair.
+const MACHINE: StepTimeCoefficients = StepTimeCoefficients {
+    per_step: 0.010,
+    per_token: 0.0002,
+    per_pair: 2e-7,
+};
+const BUDGET: Duration = Duration::from_millis(200);
+
+fn fair(async_scheduling: bool) -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_seqs: 16,
+        max_num_batched_tokens: 2048,
+        max_model_len: 8192,
+        async_scheduling,
+        sharing: StepSharing {
+            max_step: Some(BUDGET),
+            max_num_partial_prefills: 4,
+            max_long_partial_prefills: 1,
+            long_prefill_token_threshold: 64,
+            step_time_prior: MACHINE,
+            learn_step_time: false,
+        },
+        ..config(4096)
+    }
+}
+
+/// Runs one step through the driver; returns the ids that got a token, the step's predicted
+/// time under `MACHINE` and its tokens.
+fn step(driver: &mut Driver, s: &mut Scheduler) -> Option<(Vec<String>, f64, usize)> {
+    let result = driver.step(s, Instant::now())?;
+    let tokens: Vec<String> = result
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, TokenEvent::Token { .. }))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let batched = result.iteration_stats.num_batched_tokens as usize;
+    Some((tokens, driver.last_predicted, batched))
+}
+
+#[test]
+fn steps_stay_under_the_time_budget_and_decodes_run_in_every_step() {
+    for async_scheduling in [false, true] {
+        let mut s = Scheduler::new(fair(async_scheduling), vec![EOS]);
+        let mut driver = Driver::new().predicting(MACHINE);
+        s.add(request("chat", 8, 40), Instant::now()).expect("admitted");
+        // The chat is decoding before the long prompts arrive.
+        for _ in 0..3 {
+            step(&mut driver, &mut s);
+        }
+        for i in 0..2 {
+            s.add(request(&format!("long{i}"), 3000, 1), Instant::now())
+                .expect("admitted");
+        }
+        let mut steps = 0;
+        while s.num_running() > 0 && steps < 400 {
+            let Some((tokens, predicted, _)) = step(&mut driver, &mut s) else {
+                break;
+            };
+            steps += 1;
+            assert!(
+                predicted <= BUDGET.as_secs_f64() + 1e-9,
+                "step {steps} predicted {predicted} s (async {async_scheduling})"
+            );
+            if steps <= 30 {
+                assert!(tokens.contains(&"chat".to_string()), "the chat decodes in step {steps}");
+            }
+        }
+        assert!(!s.has_work(), "everything finished (async {async_scheduling})");
+    }
+}
+
+#[test]
+fn a_short_request_during_long_prefills_gets_its_first_token_within_two_steps() {
+    for async_scheduling in [false, true] {
+        let mut s = Scheduler::new(fair(async_scheduling), vec![EOS]);
+        let mut driver = Driver::new().predicting(MACHINE);
+        for i in 0..4 {
+            s.add(request(&format!("long{i}"), 6000, 1), Instant::now())
+                .expect("admitted");
+        }
+        for _ in 0..5 {
+            step(&mut driver, &mut s);
+        }
+        s.add(request("short", 5, 4), Instant::now()).expect("admitted");
+        let mut steps = 0;
+        loop {
+            let (tokens, _, _) = step(&mut driver, &mut s).expect("work left");
+            steps += 1;
+            if tokens.contains(&"short".to_string()) {
+                break;
+            }
+            assert!(steps < 10, "no first token after {steps} steps");
+        }
+        // Synchronous: the step that admits it samples it. Async: the step queued when it
+        // arrived runs first.
+        let bound = if async_scheduling { 2 } else { 1 };
+        assert!(
+            steps <= bound,
+            "first token after {steps} steps (async {async_scheduling})"
+        );
+    }
+}
+
+#[test]
+fn without_the_budget_the_short_request_waits_for_every_long_prompt() {
+    let mut config = fair(false);
+    config.sharing = StepSharing::default();
+    let mut s = Scheduler::new(config, vec![EOS]);
+    let mut driver = Driver::new().predicting(MACHINE);
+    for i in 0..4 {
+        s.add(request(&format!("long{i}"), 6000, 1), Instant::now())
+            .expect("admitted");
+    }
+    step(&mut driver, &mut s);
+    s.add(request("short", 5, 4), Instant::now()).expect("admitted");
+    let mut steps = 0;
+    while !step(&mut driver, &mut s)
+        .expect("work left")
+        .0
+        .contains(&"short".to_string())
+    {
+        steps += 1;
+    }
+    // 24,000 prompt tokens at 2,048 a step, FCFS: the comparison the policy above is against.
+    assert!(steps >= 10, "first token after {steps} steps");
+}
+
+#[test]
+fn long_prompts_keep_their_throughput_under_the_budget() {
+    // The same four long prompts alone, with and without the budget: the budget may add
+    // steps, each with its fixed cost, but not more than 15 % of the predicted time.
+    let total = |sharing: StepSharing| {
+        let mut config = fair(false);
+        config.sharing = sharing;
+        let mut s = Scheduler::new(config, vec![EOS]);
+        let mut driver = Driver::new().predicting(MACHINE);
+        for i in 0..4 {
+            s.add(request(&format!("long{i}"), 6000, 1), Instant::now())
+                .expect("admitted");
+        }
+        let mut seconds = 0.0;
+        while step(&mut driver, &mut s).is_some() {
+            seconds += driver.last_predicted;
+        }
+        seconds
+    };
+    let budgeted = total(fair(false).sharing);
+    let unbudgeted = total(StepSharing::default());
+    assert!(
+        budgeted <= unbudgeted * 1.15,
+        "{budgeted} s with the budget vs {unbudgeted} s without"
+    );
+}

@@ -1,0 +1,201 @@
+//! How one step is shared between decodes, short prompts and long ones (issue 31).
+//!
+//! - **A time budget.** Besides `max_num_batched_tokens`, a step's predicted time
+//!   ([`StepTimeModel`]) stays under `max_step`; prefill chunks are sized to fit it.
+//! - **Decodes and short prompts first.** Before any long prompt gets a chunk, room is
+//!   reserved for every running decode and for the short prompts (at most
+//!   `long_prefill_token_threshold` tokens left) that this step can start, so a chat request
+//!   that arrives during long prefills gets its first token a step or two later.
+//! - **Long prompts one at a time** (`max_long_partial_prefills`, as vLLM): a long prompt
+//!   gets what the others leave, and always at least [`MIN_PREFILL_CHUNK`] tokens, so it
+//!   progresses whatever the load.
+
+use std::time::Duration;
+
+use super::step_time::{StepShape, StepTimeCoefficients};
+
+/// A long prompt's least progress per step, even when decodes and short prompts fill it.
+pub const MIN_PREFILL_CHUNK: usize = 32;
+/// The largest chunk while the step-time model has not measured a prefill step yet.
+pub const COLD_PREFILL_CHUNK: usize = 128;
+
+/// The scheduler's fairness settings. `Default` is off: the token budget alone, FCFS.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepSharing {
+    /// Predicted wall time one step may take (`--max-step-ms`); `None`: no time budget.
+    pub max_step: Option<Duration>,
+    /// Prefill sequences one step may carry (`--max-num-partial-prefills`).
+    pub max_num_partial_prefills: usize,
+    /// Of those, long ones (`--max-long-partial-prefills`); a long waiting request is not
+    /// admitted while this many long prompts are prefilling.
+    pub max_long_partial_prefills: usize,
+    /// More prompt tokens left than this make a prefill long (`--long-prefill-token-threshold`).
+    pub long_prefill_token_threshold: usize,
+    /// The step-time model's starting coefficients.
+    pub step_time_prior: StepTimeCoefficients,
+    /// Refit the model on measured steps (tests turn it off to stay deterministic).
+    pub learn_step_time: bool,
+}
+
+impl Default for StepSharing {
+    fn default() -> Self {
+        Self {
+            max_step: None,
+            max_num_partial_prefills: usize::MAX,
+            max_long_partial_prefills: usize::MAX,
+            long_prefill_token_threshold: usize::MAX,
+            step_time_prior: StepTimeCoefficients::default(),
+            learn_step_time: true,
+        }
+    }
+}
+
+impl StepSharing {
+    /// Whether anything but the token budget is on (off keeps plain FCFS chunking).
+    pub fn is_on(&self) -> bool {
+        self.max_step.is_some() || self.long_prefill_token_threshold < usize::MAX
+    }
+
+    pub fn is_long(&self, remaining: usize) -> bool {
+        remaining > self.long_prefill_token_threshold
+    }
+}
+
+/// One step's budget while the scheduler fills it.
+#[derive(Debug)]
+pub(crate) struct StepBudget {
+    sharing: StepSharing,
+    /// The step-time model as it stands when the step is chosen.
+    model: StepTimeCoefficients,
+    tokens_left: usize,
+    used: StepShape,
+    /// Decodes and short prefills not scheduled yet that this step keeps room for.
+    reserved: StepShape,
+    prefills: usize,
+    long_prefills: usize,
+    /// The model has yet to measure prefill steps: chunks stay under `COLD_PREFILL_CHUNK`.
+    cold: bool,
+}
+
+impl StepBudget {
+    pub fn new(sharing: StepSharing, model: StepTimeCoefficients, max_tokens: usize) -> Self {
+        Self {
+            sharing,
+            model,
+            cold: false,
+            tokens_left: max_tokens,
+            used: StepShape::default(),
+            reserved: StepShape::default(),
+            prefills: 0,
+            long_prefills: 0,
+        }
+    }
+
+    /// Caps chunks while the step-time model is still unmeasured (time budget on only).
+    pub fn cold(mut self, cold: bool) -> Self {
+        self.cold = cold && self.sharing.max_step.is_some();
+        self
+    }
+
+    pub fn tokens_left(&self) -> usize {
+        self.tokens_left
+    }
+
+    pub fn has_tokens(&self) -> bool {
+        self.tokens_left > 0
+    }
+
+    /// Keeps room for work of this shape (a decode, a short prompt) scheduled later.
+    pub fn reserve(&mut self, shape: StepShape) {
+        if self.sharing.is_on() {
+            self.reserved.add(shape);
+        }
+    }
+
+    /// A decode token (or a last prompt token) at `start`: always fits while tokens last.
+    pub fn take_decode(&mut self, start: usize) -> usize {
+        if self.tokens_left == 0 {
+            return 0;
+        }
+        self.charge(1, start, StepShape::chunk(1, start));
+        1
+    }
+
+    /// A prefill chunk of at most `remaining` tokens from `start`: what fits the tokens and
+    /// the time left (0 when the partial-prefill limits say wait).
+    pub fn take_prefill(&mut self, remaining: usize, start: usize) -> usize {
+        let long = self.sharing.is_long(remaining);
+        if self.prefills >= self.sharing.max_num_partial_prefills
+            || (long && self.long_prefills >= self.sharing.max_long_partial_prefills)
+        {
+            return 0;
+        }
+        // A short prompt is inside the reservation; a long one is not.
+        let own = if long {
+            StepShape::default()
+        } else {
+            StepShape::chunk(remaining, start)
+        };
+        let others = self.reserved.less(own);
+        let mut n = self.fit(remaining, start, others);
+        if n == 0 && (self.prefills == 0 || (long && self.long_prefills == 0)) {
+            n = remaining.min(MIN_PREFILL_CHUNK).min(self.tokens_left);
+        }
+        if n > 0 {
+            self.prefills += 1;
+            self.long_prefills += usize::from(long);
+            self.charge(n, start, own);
+        }
+        n
+    }
+
+    /// Whether a waiting request with `remaining` prompt tokens may start, with
+    /// `long_prefilling` long prompts already prefilling (running, or admitted this step).
+    pub fn may_admit(&self, remaining: usize, long_prefilling: usize) -> bool {
+        !self.sharing.is_long(remaining) || long_prefilling < self.sharing.max_long_partial_prefills
+    }
+
+    pub fn is_long(&self, remaining: usize) -> bool {
+        self.sharing.is_long(remaining)
+    }
+
+    fn charge(&mut self, n: usize, start: usize, reservation: StepShape) {
+        self.tokens_left -= n;
+        self.used.add(StepShape::chunk(n, start));
+        self.reserved = self.reserved.less(reservation);
+    }
+
+    /// The largest chunk ≤ `remaining` that keeps tokens and predicted time within the
+    /// budget after `others` (work kept room for).
+    fn fit(&self, remaining: usize, start: usize, others: StepShape) -> usize {
+        let tokens = (self.tokens_left as f64 - others.tokens).max(0.0) as usize;
+        let mut cap = remaining.min(tokens);
+        if self.cold {
+            cap = cap.min(COLD_PREFILL_CHUNK);
+        }
+        let Some(limit) = self.sharing.max_step else {
+            return cap;
+        };
+        let mut base = self.used;
+        base.add(others);
+        let fits = |n: usize| {
+            let mut shape = base;
+            shape.add(StepShape::chunk(n, start));
+            self.model.predict(shape) <= limit.as_secs_f64()
+        };
+        if fits(cap) {
+            return cap;
+        }
+        // The predicted time grows with n: the largest n that fits, by bisection.
+        let (mut lo, mut hi) = (0, cap);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid) { lo = mid } else { hi = mid - 1 }
+        }
+        lo
+    }
+}
+
+#[cfg(test)]
+#[path = "step_budget_tests.rs"]
+mod tests;

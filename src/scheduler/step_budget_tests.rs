@@ -1,0 +1,71 @@
+use std::time::Duration;
+
+use super::*;
+
+fn sharing(max_step_ms: u64, threshold: usize) -> StepSharing {
+    StepSharing {
+        max_step: Some(Duration::from_millis(max_step_ms)),
+        max_num_partial_prefills: 4,
+        max_long_partial_prefills: 1,
+        long_prefill_token_threshold: threshold,
+        step_time_prior: StepTimeCoefficients::default(),
+        learn_step_time: false,
+    }
+}
+
+/// 10 ms a step plus 1 ms a token, no attention cost: easy numbers.
+const FLAT: StepTimeCoefficients = StepTimeCoefficients {
+    per_step: 0.010,
+    per_token: 0.001,
+    per_pair: 0.0,
+};
+
+#[test]
+fn a_chunk_fills_the_time_left_after_the_reserved_decodes() {
+    let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048);
+    for position in [10, 20, 30] {
+        budget.reserve(StepShape::chunk(1, position));
+    }
+    // 100 ms - 10 ms per step - 3 decodes at 1 ms: 87 tokens of a long prompt.
+    assert_eq!(budget.take_prefill(1000, 0), 87);
+    for position in [10, 20, 30] {
+        assert_eq!(budget.take_decode(position), 1);
+    }
+    assert_eq!(budget.tokens_left(), 2048 - 90);
+}
+
+#[test]
+fn attention_pairs_shrink_chunks_deep_in_a_prompt() {
+    let quadratic = StepTimeCoefficients { per_pair: 1e-6, ..FLAT };
+    let early = StepBudget::new(sharing(100, 50), quadratic, 2048).take_prefill(4000, 0);
+    let late = StepBudget::new(sharing(100, 50), quadratic, 2048).take_prefill(4000, 3000);
+    assert!(late < early / 2, "{late} tokens at 3000 vs {early} at 0");
+    // Each stays within the budget.
+    for (n, start) in [(early, 0), (late, 3000)] {
+        let predicted = quadratic.predict(StepShape::chunk(n, start));
+        assert!(predicted <= 0.100, "{n} tokens from {start}: {predicted} s");
+    }
+}
+
+#[test]
+fn one_long_prefill_per_step_and_the_first_always_progresses() {
+    let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048);
+    // Decodes alone take the whole budget...
+    budget.reserve(StepShape::chunk(200, 0));
+    // ...yet the first long prompt moves by the minimum chunk, and a second waits.
+    assert_eq!(budget.take_prefill(1000, 0), MIN_PREFILL_CHUNK);
+    assert_eq!(budget.take_prefill(1000, 0), 0);
+    assert!(!budget.may_admit(1000, 1));
+    assert!(
+        budget.may_admit(40, 1),
+        "a short prompt is admitted past the long-prefill limit"
+    );
+}
+
+#[test]
+fn off_means_the_token_budget_alone() {
+    let mut budget = StepBudget::new(StepSharing::default(), FLAT, 64);
+    budget.reserve(StepShape::chunk(10, 0));
+    assert_eq!(budget.take_prefill(1000, 0), 64);
+    assert!(!budget.has_tokens());
+}
