@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kiln::config::cli::{Cli, Command};
-use kiln::model::fetch::{default_cache_dir, ensure_default_model};
+use kiln::model::fetch::{default_cache_dir, ensure_default_model, ensure_named_model};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -18,13 +18,16 @@ fn main() -> ExitCode {
             .and_then(kiln::server::run_blocking),
         Command::FetchModel(args) => {
             let dir = args.cache_dir.unwrap_or_else(default_cache_dir);
-            ensure_default_model(&dir)
-                .map(|path| {
-                    // The path is the command's output, for scripts.
-                    use std::io::Write;
-                    let _ = writeln!(std::io::stdout(), "{}", path.display());
-                })
-                .map_err(anyhow::Error::from)
+            match &args.model {
+                Some(name) => ensure_named_model(name, &dir),
+                None => ensure_default_model(&dir),
+            }
+            .map(|path| {
+                // The path is the command's output, for scripts.
+                use std::io::Write;
+                let _ = writeln!(std::io::stdout(), "{}", path.display());
+            })
+            .map_err(anyhow::Error::from)
         }
     };
     match result {

@@ -21,12 +21,14 @@ pub struct Cli {
 pub enum Command {
     /// Serve a model over the OpenAI-compatible API (the default model when --model is absent).
     Serve(Box<ServeArgs>),
-    /// Download the default model into the cache and print its path.
+    /// Download a known model (default: the default model) into the cache and print its path.
     FetchModel(FetchArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct FetchArgs {
+    /// A known model's short name: smollm2-135m (the default) or gemma3-270m.
+    pub model: Option<String>,
     /// Cache folder (default: `$XDG_CACHE_HOME/kiln` or `~/.cache/kiln`).
     #[arg(long, env = "KILN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -37,7 +39,8 @@ pub struct ServeArgs {
     /// TOML config file; see config/default.toml for every key.
     #[arg(long, env = "KILN_CONFIG")]
     pub config: Option<PathBuf>,
-    /// A .gguf file or a Hugging Face folder (config.json, *.safetensors, tokenizer.json).
+    /// A .gguf file, a Hugging Face folder (config.json, *.safetensors, tokenizer.json), or a
+    /// known model's short name (gemma3-270m), fetched into the cache on first use.
     #[arg(long, env = "KILN_MODEL")]
     pub model: Option<String>,
     #[arg(long, env = "KILN_SERVED_MODEL_NAME")]

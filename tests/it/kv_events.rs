@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 use crate::common::process::free_port;
 use crate::common::{Tiny, start_fake, start_tiny};
 
-const TOPIC: &str = "kv@kiln-test-pod@tiny-llama";
+pub(crate) const TOPIC: &str = "kv@kiln-test-pod@tiny-llama";
 
 /// The subscriber process; killed when dropped.
-struct Subscriber {
+pub(crate) struct Subscriber {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -28,7 +28,7 @@ struct Subscriber {
 impl Subscriber {
     /// Starts the subscriber; `mode` is how its SUB socket reaches kiln's PUB ("bind": kiln
     /// connects to it, as llm-d deploys; "connect": kiln binds).
-    fn start(mode: &str, pub_endpoint: &str, replay_endpoint: &str) -> Self {
+    pub(crate) fn start(mode: &str, pub_endpoint: &str, replay_endpoint: &str) -> Self {
         let python = std::env::var("KILN_TEST_PYTHON").expect("set KILN_TEST_PYTHON (a Python with pyzmq and msgpack)");
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kv_events_subscriber.py");
         let mut child = Command::new(python)
@@ -58,7 +58,7 @@ impl Subscriber {
 
     /// The subscriber's state once it has applied every batch kiln queued so far, beside
     /// kiln's own cached set at that point.
-    fn sync_with(&mut self, t: &Tiny) -> (Value, KvEventsSnapshot) {
+    pub(crate) fn sync_with(&mut self, t: &Tiny) -> (Value, KvEventsSnapshot) {
         let snapshot = snapshot(t);
         assert_eq!(snapshot.batches_dropped, 0, "no batch may be dropped in this test");
         let state = self.command(&format!("sync {}", snapshot.batches_queued));
@@ -93,7 +93,7 @@ fn assert_some_arrived_live(state: &Value) {
 }
 
 /// Asserts the subscriber's rebuilt set is exactly kiln's prefix cache.
-fn assert_same_set(state: &Value, snapshot: &KvEventsSnapshot) {
+pub(crate) fn assert_same_set(state: &Value, snapshot: &KvEventsSnapshot) {
     let mut kiln: Vec<u64> = snapshot.cached_block_hashes.clone();
     kiln.sort_unstable();
     let rebuilt: Vec<u64> = state["hashes"]
@@ -105,7 +105,7 @@ fn assert_same_set(state: &Value, snapshot: &KvEventsSnapshot) {
     assert_eq!(rebuilt, kiln, "the subscriber's cached set differs from kiln's");
 }
 
-fn events_config(endpoint: &str, replay_endpoint: &str) -> KvEventsConfig {
+pub(crate) fn events_config(endpoint: &str, replay_endpoint: &str) -> KvEventsConfig {
     KvEventsConfig::from_json(
         &json!({
             "enable_kv_cache_events": true,

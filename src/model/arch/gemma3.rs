@@ -78,6 +78,12 @@ impl Architecture for Gemma3 {
         })
     }
 
+    /// Gemma 3's own template (google/gemma-3-*-it): base-model conversions such as
+    /// gemma-3-270m's GGUF carry none.
+    fn default_chat_template(&self) -> Option<&'static str> {
+        Some(include_str!("gemma3_chat.jinja"))
+    }
+
     fn layout(&self) -> WeightLayout {
         WeightLayout {
             hf_names: GEMMA3_HF_NAMES,

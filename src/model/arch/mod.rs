@@ -28,6 +28,11 @@ pub trait Architecture: Sync {
     fn layout(&self) -> WeightLayout {
         WeightLayout::LLAMA
     }
+    /// The chat template for a file of this architecture that carries none (ChatML when
+    /// `None`): a model family's turn format is not ChatML's.
+    fn default_chat_template(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// How an architecture stores its weights. Both formats are addressed by GGUF tensor names.

@@ -45,6 +45,25 @@ pub fn start_tiny_spec(spec: TinyModelSpec, tweak: impl FnOnce(&mut Config)) -> 
     }
 }
 
+/// Starts kiln on the model at `model_path` (a fixture; `dir` is kept alive with the server);
+/// `tweak` adjusts the config first.
+pub fn start_model(dir: tempfile::TempDir, model_path: PathBuf, tweak: impl FnOnce(&mut Config)) -> Tiny {
+    let mut config = Config::default();
+    config.model.path = model_path.display().to_string();
+    config.engine.kv_cache_memory = "16MiB".into();
+    config.telemetry.log_interval_s = 60.0;
+    tweak(&mut config);
+    let files = open_model(&model_path).expect("open model");
+    let prepared: kiln::server::PreparedEngine<ModelRunner> = prepare_model(&config, files).expect("prepare");
+    let server = TestServer::start(config, prepared).expect("server starts");
+    Tiny {
+        server,
+        client: client(),
+        _dir: dir,
+        model_path,
+    }
+}
+
 /// Starts kiln with the tiny model's tokenizer and template but the fake executor (which
 /// can be slowed down, so requests are reliably still running or queued when observed).
 pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> Tiny {
