@@ -20,7 +20,7 @@ pub const TOKEN_TILE: usize = 8;
 /// Output rows per unit of parallel work (a panel stays in L1/L2 across token tiles).
 const ROW_PANEL: usize = 16;
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
-/// register-tile kernel (measured with `bench_engine`: see README).
+/// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
 pub const GEMM_MIN_TOKENS: usize = 16;
 /// Rows widened at a time in the GEMM regime: 32 × 1536 f32 is 192 KiB, inside L2.
 const GEMM_PANEL: usize = 32;

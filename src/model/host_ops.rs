@@ -2,7 +2,7 @@
 //! packed CPU kernels. RMSNorm, RoPE, the Q/K/V split and the residual adds are plain loops
 //! over `Vec<f32>` here; as burn tensor ops they are about fifty ops a layer, each with its
 //! own allocation and dispatch, which cost a one-stream decode step nearly a quarter of its
-//! time (README, "Where a one-stream decode step goes"). The arithmetic is the burn path's,
+//! time (docs/08-performance.md, "Where a one-stream decode step goes"). The arithmetic is the burn path's,
 //! in the same order, except the RMSNorm sum, whose summation order may differ.
 
 use burn::tensor::{Tensor, TensorData};

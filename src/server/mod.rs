@@ -5,6 +5,7 @@
 //! same socket then serves the engine, and connections made in between wait in its backlog.
 
 mod access;
+pub mod http_middleware;
 mod listeners;
 #[cfg(feature = "testing")]
 pub mod load_gate;
@@ -32,10 +33,10 @@ use crate::model::loader::open_model;
 use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
+use crate::stats::buckets::HistogramBuckets;
 use crate::stats::export_health::ExportOutcomes;
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
-use crate::stats::instruments::HistogramBuckets;
 use crate::stats::otlp::build_otlp_reader;
 use crate::stats::span_exports::{SpanExportCounters, register_span_export_counters};
 use crate::traces::Tracer;
@@ -245,7 +246,7 @@ pub async fn start_on<E: Executor>(
             .wrap(actix_web::middleware::from_fn(crate::api::auth::require_api_key))
             .wrap(actix_web::middleware::Compress::default())
             .wrap(actix_web::middleware::from_fn(crate::api::access_log::access_log))
-            .wrap(crate::stats::http_middleware::HttpMetrics::new(stats_for_http.clone()))
+            .wrap(http_middleware::HttpMetrics::new(stats_for_http.clone()))
             .wrap(crate::api::cors::cors(&cors))
     })
     .workers(config.server.http_workers())

@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 use actix::{Actor, AsyncContext, Context, Handler, Message};
 use opentelemetry::KeyValue;
 
+pub use super::data::RecordHttp;
 use super::data::{FinishedRequestStats, IterationStats, SchedulerStats};
-use super::instruments::{ADMISSION_REJECTION_REASONS, Instruments, operation_index, reason_index};
+use super::family::ADMISSION_REJECTION_REASONS;
+use super::instruments::{Instruments, operation_index, reason_index};
+use super::structured::RecordGrammarCompile;
 use super::throughput_log::{DEFAULT_LOG_INTERVAL, ThroughputLog, ThroughputReport};
 use crate::engine::types::FinishReason;
 
@@ -22,25 +25,6 @@ use crate::engine::types::FinishReason;
 pub struct RecordStep {
     pub scheduler: SchedulerStats,
     pub iteration: IterationStats,
-}
-
-/// One finished HTTP request (semconv `http.server.*`), sent by the middleware.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
-pub struct RecordHttp {
-    /// The matched route pattern (`/v1/models/{id}`); `None` for unmatched paths, so a
-    /// client cannot mint series.
-    pub route: Option<String>,
-    /// Normalised method: a known method or `_OTHER` (see `http_middleware::normalise_method`).
-    pub method: &'static str,
-    /// `None` when no response was sent (the handler panicked or the client left first).
-    pub status: Option<u16>,
-    /// Until the response body was fully sent (or dropped).
-    pub duration: Duration,
-    pub request_body_bytes: u64,
-    pub response_body_bytes: u64,
-    /// The status code for 5xx, `panic`, `cancelled`, …; `None` on success.
-    pub error_type: Option<String>,
 }
 
 /// An HTTP request entered the server (`http.server.active_requests` + 1).
@@ -160,6 +144,16 @@ impl Handler<RecordHttp> for StatsActor {
     }
 }
 
+impl Handler<RecordGrammarCompile> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RecordGrammarCompile, _: &mut Self::Context) {
+        if let Some(i) = self.instruments() {
+            i.structured.record_compile(&i.model, msg);
+        }
+    }
+}
+
 impl Handler<HttpRequestStarted> for StatsActor {
     type Result = ();
 
@@ -266,14 +260,11 @@ impl Instruments {
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);
         }
-        let x = &self.exemplars;
         for ttft in &it.time_to_first_token_s {
-            e.time_to_first_token.record(ttft.seconds, m);
-            x.record(&x.ttft, m, ttft.seconds, ttft.trace);
+            e.time_to_first_token.record(ttft.seconds, m, ttft.trace);
         }
         for itl in &it.inter_token_latency_s {
-            e.inter_token_latency.record(itl.seconds, m);
-            x.record(&x.itl, m, itl.seconds, itl.trace);
+            e.inter_token_latency.record(itl.seconds, m, itl.trace);
         }
         for f in &it.finished {
             self.record_finished(f);
@@ -286,22 +277,19 @@ impl Instruments {
     fn record_finished(&self, f: &FinishedRequestStats) {
         let e = &self.engine;
         let m = &self.model;
-        let x = &self.exemplars;
         let iv = &f.intervals;
         e.request_success.add(1, &self.by_reason[reason_index(f.finish_reason)]);
-        e.e2e_request_latency.record(iv.e2e_s, m);
-        x.record(&x.e2e, m, iv.e2e_s, f.trace);
+        e.e2e_request_latency.record(iv.e2e_s, m, f.trace);
         let optional = [
-            (&e.request_queue_time, &x.queue, iv.queue_s),
-            (&e.request_prefill_time, &x.prefill, iv.prefill_s),
-            (&e.request_decode_time, &x.decode, iv.decode_s),
-            (&e.request_inference_time, &x.inference, iv.inference_s),
-            (&e.time_per_output_token, &x.tpot, iv.time_per_output_token_s),
+            (&e.request_queue_time, iv.queue_s),
+            (&e.request_prefill_time, iv.prefill_s),
+            (&e.request_decode_time, iv.decode_s),
+            (&e.request_inference_time, iv.inference_s),
+            (&e.time_per_output_token, iv.time_per_output_token_s),
         ];
-        for (hist, exemplar, value) in optional {
+        for (hist, value) in optional {
             if let Some(v) = value {
-                hist.record(v, m);
-                x.record(exemplar, m, v, f.trace);
+                hist.record(v, m, f.trace);
             }
         }
         e.request_prompt_tokens.record(f.prompt_tokens, m);
@@ -323,23 +311,19 @@ impl Instruments {
             Some(t) => {
                 let mut attrs = base.to_vec();
                 attrs.push(KeyValue::new("error.type", t));
-                self.gen_ai.request_duration.record(iv.e2e_s, &attrs);
-                x.record(&x.gen_ai_duration, &attrs, iv.e2e_s, f.trace);
+                self.gen_ai.request_duration.record(iv.e2e_s, &attrs, f.trace);
             }
             None => {
-                self.gen_ai.request_duration.record(iv.e2e_s, base);
-                x.record(&x.gen_ai_duration, base, iv.e2e_s, f.trace);
+                self.gen_ai.request_duration.record(iv.e2e_s, base, f.trace);
             }
         }
         let success = matches!(f.finish_reason, FinishReason::Stop | FinishReason::Length);
         if success && error_type.is_none() {
             if let Some(ttft) = iv.time_to_first_token_s {
-                self.gen_ai.time_to_first_token.record(ttft, base);
-                x.record(&x.gen_ai_ttft, base, ttft, f.trace);
+                self.gen_ai.time_to_first_token.record(ttft, base, f.trace);
             }
             if let Some(tpot) = iv.time_per_output_token_s {
-                self.gen_ai.time_per_output_token.record(tpot, base);
-                x.record(&x.gen_ai_tpot, base, tpot, f.trace);
+                self.gen_ai.time_per_output_token.record(tpot, base, f.trace);
             }
         }
     }

@@ -1,6 +1,10 @@
 //! Stats as plain data: produced by the scheduler each step, recorded by the `StatsActor`.
 //! Nothing here touches a metrics API.
 
+use std::time::Duration;
+
+use actix::Message;
+
 use super::step_cost::StepCost;
 use crate::engine::intervals::RequestIntervals;
 use crate::engine::trace_context::TraceContext;
@@ -94,4 +98,23 @@ impl From<f64> for Observation {
     fn from(seconds: f64) -> Self {
         Self { seconds, trace: None }
     }
+}
+
+/// One finished HTTP request (semconv `http.server.*`), sent by the middleware.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct RecordHttp {
+    /// The matched route pattern (`/v1/models/{id}`); `None` for unmatched paths, so a
+    /// client cannot mint series.
+    pub route: Option<String>,
+    /// Normalised method: a known method or `_OTHER` (see `server::http_middleware::normalise_method`).
+    pub method: &'static str,
+    /// `None` when no response was sent (the handler panicked or the client left first).
+    pub status: Option<u16>,
+    /// Until the response body was fully sent (or dropped).
+    pub duration: Duration,
+    pub request_body_bytes: u64,
+    pub response_body_bytes: u64,
+    /// The status code for 5xx, `panic`, `cancelled`, …; `None` on success.
+    pub error_type: Option<String>,
 }

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
+use opentelemetry::metrics::Histogram;
 use prometheus::proto::LabelPair;
 
-use super::instruments::{HistogramSpec, InstrumentsConfig, engine, engine_metric_name, gen_ai};
 use crate::engine::trace_context::TraceContext;
 
 /// A traced observation that stands for its bucket.
@@ -143,57 +143,27 @@ impl ExemplarStore {
     }
 }
 
-/// The latency histograms that carry exemplars (TTFT, ITL, TPOT, the request intervals and
-/// the GenAI ones), named and bucketed as `Instruments` declares them, and the store they
-/// record into.
-pub(super) struct LatencyExemplars {
-    pub(super) store: Arc<ExemplarStore>,
-    pub(super) ttft: ExemplarHistogram,
-    pub(super) itl: ExemplarHistogram,
-    pub(super) tpot: ExemplarHistogram,
-    pub(super) e2e: ExemplarHistogram,
-    pub(super) queue: ExemplarHistogram,
-    pub(super) prefill: ExemplarHistogram,
-    pub(super) decode: ExemplarHistogram,
-    pub(super) inference: ExemplarHistogram,
-    pub(super) gen_ai_duration: ExemplarHistogram,
-    pub(super) gen_ai_ttft: ExemplarHistogram,
-    pub(super) gen_ai_tpot: ExemplarHistogram,
+/// A latency histogram that carries exemplars: one call records the observation and, for a
+/// traced request, makes it its bucket's exemplar.
+pub struct TracedHistogram {
+    histogram: Histogram<f64>,
+    exemplars: ExemplarHistogram,
+    store: Arc<ExemplarStore>,
 }
 
-impl LatencyExemplars {
-    pub(super) fn new(cfg: &InstrumentsConfig<'_>) -> Self {
-        let histogram = |h: HistogramSpec, prefix: &str| {
-            let name = engine_metric_name(prefix, h.spec.name);
-            ExemplarHistogram::new(&name, h.spec.unit, cfg.buckets.bounds(h.buckets))
-        };
-        let p = cfg.engine_prefix;
+impl TracedHistogram {
+    pub fn new(histogram: Histogram<f64>, exemplars: ExemplarHistogram, store: Arc<ExemplarStore>) -> Self {
         Self {
-            store: Arc::default(),
-            ttft: histogram(engine::TIME_TO_FIRST_TOKEN, p),
-            itl: histogram(engine::INTER_TOKEN_LATENCY, p),
-            tpot: histogram(engine::TIME_PER_OUTPUT_TOKEN, p),
-            e2e: histogram(engine::E2E_REQUEST_LATENCY, p),
-            queue: histogram(engine::REQUEST_QUEUE_TIME, p),
-            prefill: histogram(engine::REQUEST_PREFILL_TIME, p),
-            decode: histogram(engine::REQUEST_DECODE_TIME, p),
-            inference: histogram(engine::REQUEST_INFERENCE_TIME, p),
-            gen_ai_duration: histogram(gen_ai::REQUEST_DURATION, ""),
-            gen_ai_ttft: histogram(gen_ai::TIME_TO_FIRST_TOKEN, ""),
-            gen_ai_tpot: histogram(gen_ai::TIME_PER_OUTPUT_TOKEN, ""),
+            histogram,
+            exemplars,
+            store,
         }
     }
 
-    /// Records `value` as an exemplar when the request it belongs to is traced.
-    pub(super) fn record(
-        &self,
-        histogram: &ExemplarHistogram,
-        labels: &[KeyValue],
-        value: f64,
-        trace: Option<TraceContext>,
-    ) {
+    pub fn record(&self, value: f64, labels: &[KeyValue], trace: Option<TraceContext>) {
+        self.histogram.record(value, labels);
         if let Some(trace) = trace {
-            self.store.record(histogram, labels, value, trace);
+            self.store.record(&self.exemplars, labels, value, trace);
         }
     }
 }

@@ -9,7 +9,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 
 use super::exporter::Telemetry;
-use super::instruments::kiln::OTLP_METRIC_EXPORTS;
+use super::family::kiln::OTLP_METRIC_EXPORTS;
 
 /// Outcomes of one exporter's exports, shared with the counter that exposes them.
 #[derive(Debug, Default)]

@@ -18,9 +18,11 @@ use opentelemetry_sdk::resource::EnvResourceDetector;
 use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 
+use super::buckets::{BucketError, HistogramBuckets};
+use super::builder::InstrumentsConfig;
 use super::exemplars::{ExemplarSnapshot, ExemplarStore};
 use super::exposition::{ExpositionFormat, encode};
-use super::instruments::{BucketError, HistogramBuckets, Instruments, InstrumentsConfig};
+use super::instruments::Instruments;
 
 /// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
 pub const METRICS_CONTENT_TYPE: &str = ExpositionFormat::PrometheusText.content_type();
@@ -166,7 +168,7 @@ pub fn build_telemetry_with_readers(
     Ok(Telemetry {
         registry,
         provider: Some(provider),
-        exemplars: instruments.exemplars.store.clone(),
+        exemplars: instruments.exemplar_store.clone(),
         instruments: Some(Arc::new(instruments)),
     })
 }
@@ -430,7 +432,7 @@ mod tests {
             let families = [(GAUGES, "gauge"), (COUNTERS, "counter"), (HISTOGRAMS, "histogram")];
             for (names, kind) in families {
                 for name in names {
-                    let full = crate::stats::instruments::engine_metric_name(prefix, name);
+                    let full = crate::stats::family::engine_metric_name(prefix, name);
                     assert!(
                         text.contains(&format!("# TYPE {full} {kind}\n")),
                         "missing `# TYPE {full} {kind}` in\n{text}"

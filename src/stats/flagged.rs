@@ -3,23 +3,12 @@
 //! `--enable-mfu-metrics` (estimated FLOPs and bytes per step; "per GPU" is per engine).
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::metrics::{Counter, Histogram};
 
+use super::builder::InstrumentBuilder;
 use super::data::{IterationStats, SchedulerStats};
-use super::instruments::{InstrumentsConfig, Spec, engine_metric_name};
 
-#[rustfmt::skip]
-pub mod specs {
-    use super::Spec;
-
-    pub const KV_BLOCK_LIFETIME: Spec = Spec { name: "kv_block_lifetime", unit: "s", description: "KV block lifetime from allocation to eviction (sampled blocks)." };
-    pub const KV_BLOCK_IDLE_BEFORE_EVICT: Spec = Spec { name: "kv_block_idle_before_evict", unit: "s", description: "Time a KV block sat unused before it was evicted (sampled blocks)." };
-    pub const KV_BLOCK_REUSE_GAP: Spec = Spec { name: "kv_block_reuse_gap", unit: "s", description: "Time between consecutive uses of a KV block by prefix-cache hits (sampled blocks)." };
-    // Unit annotations, not `By`: the exposed names already say bytes.
-    pub const ESTIMATED_FLOPS: Spec = Spec { name: "estimated_flops_per_gpu", unit: "{flop}", description: "Estimated model FLOPs of the engine's steps, from their shapes." };
-    pub const ESTIMATED_READ_BYTES: Spec = Spec { name: "estimated_read_bytes_per_gpu", unit: "{byte}", description: "Estimated bytes the engine's steps read (weights once a step, KV context)." };
-    pub const ESTIMATED_WRITE_BYTES: Spec = Spec { name: "estimated_write_bytes_per_gpu", unit: "{byte}", description: "Estimated bytes the engine's steps wrote (new tokens' KV)." };
-}
+use super::family::flagged as specs;
 
 /// Residency buckets (s): a millisecond to an hour.
 pub const RESIDENCY_BUCKETS: [f64; 22] = [
@@ -47,23 +36,10 @@ pub(super) struct FlaggedInstruments {
 }
 
 impl FlaggedInstruments {
-    pub(super) fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>) -> Self {
-        let name = |s: &Spec| engine_metric_name(cfg.engine_prefix, s.name);
-        let hist = |s: Spec| {
-            meter
-                .f64_histogram(name(&s))
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .with_boundaries(RESIDENCY_BUCKETS.to_vec())
-                .build()
-        };
-        let counter = |s: Spec| {
-            meter
-                .f64_counter(name(&s))
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .build()
-        };
+    pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
+        let cfg = b.config();
+        let hist = |s| b.histogram_f64_with(s, &RESIDENCY_BUCKETS);
+        let counter = |s| b.counter_f64(s);
         Self {
             residency: cfg.kv_cache_metrics.then(|| Residency {
                 lifetime: hist(specs::KV_BLOCK_LIFETIME),

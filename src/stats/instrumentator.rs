@@ -12,9 +12,11 @@
 //! `/health`) are not recorded.
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::metrics::{Counter, Histogram};
 
-use super::actor::RecordHttp;
+use super::builder::InstrumentBuilder;
+use super::data::RecordHttp;
+use super::family::instrumentator as specs;
 
 /// Handlers vLLM excludes from the instrumentator, plus kiln's readiness probe.
 pub const EXCLUDED_HANDLERS: [&str; 7] = [
@@ -55,40 +57,15 @@ pub fn grouped_status(status: Option<u16>) -> &'static str {
 }
 
 impl InstrumentatorInstruments {
-    pub(super) fn new(meter: &Meter) -> Self {
-        let seconds = |name: &'static str, description: &'static str, bounds: &[f64]| {
-            meter
-                .f64_histogram(name)
-                .with_unit("s")
-                .with_description(description)
-                .with_boundaries(bounds.to_vec())
-                .build()
-        };
-        let bytes = |name: &'static str, description: &'static str| {
-            meter
-                .u64_histogram(name)
-                .with_unit("By")
-                .with_description(description)
-                .with_boundaries(Vec::new())
-                .build()
-        };
+    /// `b` builds unprefixed instruments: these are the instrumentator's own names.
+    pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
         Self {
-            requests: meter
-                .u64_counter("http_requests")
-                .with_description("Total number of requests by method, status and handler.")
-                .build(),
-            duration: seconds(
-                "http_request_duration",
-                "Latency with only few buckets by handler.",
-                &LOWR_BUCKETS,
-            ),
-            duration_highr: seconds(
-                "http_request_duration_highr",
-                "Latency with many buckets but no API specific labels.",
-                &HIGHR_BUCKETS,
-            ),
-            request_size: bytes("http_request_size", "Content length of incoming requests by handler."),
-            response_size: bytes("http_response_size", "Content length of outgoing responses by handler."),
+            requests: b.counter(specs::REQUESTS),
+            duration: b.histogram_f64_with(specs::DURATION, &LOWR_BUCKETS),
+            duration_highr: b.histogram_f64_with(specs::DURATION_HIGHR, &HIGHR_BUCKETS),
+            // No bound but +Inf: the instrumentator's summaries, read through _sum and _count.
+            request_size: b.histogram_u64_with(specs::REQUEST_SIZE, &[]),
+            response_size: b.histogram_u64_with(specs::RESPONSE_SIZE, &[]),
         }
     }
 

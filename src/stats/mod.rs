@@ -3,13 +3,15 @@
 //! `instruments`; `exporter` exposes them to Prometheus (and push readers).
 
 pub mod actor;
+pub mod buckets;
+pub mod builder;
 pub mod data;
 pub mod exemplars;
 pub mod export_health;
 pub mod exporter;
 pub mod exposition;
+pub mod family;
 pub mod flagged;
-pub mod http_middleware;
 pub mod instrumentator;
 pub mod instruments;
 pub mod metrics_endpoint;

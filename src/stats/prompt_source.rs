@@ -6,22 +6,12 @@
 //! series exist from the start all the same, as vLLM's do, so dashboards show 0, not "no data".
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter};
+use opentelemetry::metrics::{Counter, Gauge, Histogram};
 
+use super::builder::InstrumentBuilder;
 use super::data::{IterationStats, SchedulerStats};
-use super::instruments::{BucketFamily, HistogramSpec, InstrumentsConfig, Spec, engine_metric_name};
 
-/// Instrument specs (vLLM names; the engine prefix is prepended).
-#[rustfmt::skip]
-pub mod specs {
-    use super::super::instruments::{BucketFamily as B, HistogramSpec, Spec};
-
-    pub const PROMPT_TOKENS_BY_SOURCE: Spec = Spec { name: "prompt_tokens_by_source", unit: "{token}", description: "Prompt tokens whose prefill completed, by where their KV came from." };
-    pub const PROMPT_TOKENS_CACHED: Spec = Spec { name: "prompt_tokens_cached", unit: "{token}", description: "Prompt tokens served from the prefix cache, once per request." };
-    pub const PROMPT_TOKENS_CACHED_BY_SOURCE: Spec = Spec { name: "prompt_tokens_cached_by_source", unit: "{token}", description: "Cached prompt tokens, by the cache they came from." };
-    pub const NUM_REQUESTS_WAITING_BY_REASON: Spec = Spec { name: "num_requests_waiting_by_reason", unit: "{request}", description: "Waiting requests, by why they wait (capacity: KV blocks, batch slots or budget)." };
-    pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: HistogramSpec = HistogramSpec { spec: Spec { name: "request_prefill_kv_computed_tokens", unit: "{token}", description: "Prompt tokens a request's prefill computed (prompt minus cached)." }, buckets: B::TokenCounts };
-}
+use super::family::prompt_source as specs;
 
 /// `source` values of `prompt_tokens_by_source_total`.
 pub const PROMPT_SOURCES: [&str; 3] = ["local_compute", "local_cache_hit", "external_kv_transfer"];
@@ -45,39 +35,18 @@ pub(super) struct PromptSourceInstruments {
 }
 
 impl PromptSourceInstruments {
-    pub(super) fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>, model: &[KeyValue]) -> Self {
-        let name = |s: &Spec| engine_metric_name(cfg.engine_prefix, s.name);
-        let counter = |s: Spec| {
-            meter
-                .u64_counter(name(&s))
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .build()
-        };
-        let hist = |h: HistogramSpec| {
-            meter
-                .u64_histogram(name(&h.spec))
-                .with_unit(h.spec.unit)
-                .with_description(h.spec.description)
-                .with_boundaries(cfg.buckets.bounds(BucketFamily::TokenCounts))
-                .build()
-        };
+    pub(super) fn new(b: &InstrumentBuilder<'_>, model: &[KeyValue]) -> Self {
         let labelled = |key: &'static str, value: &'static str| {
             let mut attrs = model.to_vec();
             attrs.push(KeyValue::new(key, value));
             attrs
         };
-        let s = specs::NUM_REQUESTS_WAITING_BY_REASON;
         Self {
-            by_source: counter(specs::PROMPT_TOKENS_BY_SOURCE),
-            cached: counter(specs::PROMPT_TOKENS_CACHED),
-            cached_by_source: counter(specs::PROMPT_TOKENS_CACHED_BY_SOURCE),
-            waiting_by_reason: meter
-                .u64_gauge(name(&s))
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .build(),
-            prefill_kv_computed: hist(specs::REQUEST_PREFILL_KV_COMPUTED_TOKENS),
+            by_source: b.counter(specs::PROMPT_TOKENS_BY_SOURCE),
+            cached: b.counter(specs::PROMPT_TOKENS_CACHED),
+            cached_by_source: b.counter(specs::PROMPT_TOKENS_CACHED_BY_SOURCE),
+            waiting_by_reason: b.gauge_u64(specs::NUM_REQUESTS_WAITING_BY_REASON),
+            prefill_kv_computed: b.histogram_u64(specs::REQUEST_PREFILL_KV_COMPUTED_TOKENS),
             by_source_attrs: PROMPT_SOURCES.map(|v| labelled("source", v)),
             cached_attrs: CACHED_SOURCES.map(|v| labelled("source", v)),
             waiting_attrs: WAITING_REASONS.map(|v| labelled("reason", v)),

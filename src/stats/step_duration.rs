@@ -3,16 +3,14 @@
 //! work: with the budget on, steps cluster under it whatever the prompts.
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Histogram, Meter};
+use opentelemetry::metrics::Histogram;
 
+use super::builder::InstrumentBuilder;
 use super::data::IterationStats;
-
-/// Exposed as `kiln_step_duration_seconds` (the unit is appended).
-pub const NAME: &str = "kiln_step_duration";
-const DESCRIPTION: &str = "Wall time the executor spent on one engine step (forward pass and sampling).";
+use super::family::kiln::STEP_DURATION;
 
 /// From a decode step of a small model (a few ms) to a long-context prefill chunk of a large
-/// one (tens of seconds).
+/// one (tens of seconds), finer around the default budget of 250 ms.
 pub const STEP_DURATION_BUCKETS: [f64; 16] = [
     0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
@@ -22,14 +20,10 @@ pub(super) struct StepDurationInstrument {
 }
 
 impl StepDurationInstrument {
-    pub(super) fn new(meter: &Meter) -> Self {
+    /// `b` builds unprefixed names (a `kiln_*` family).
+    pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
         Self {
-            histogram: meter
-                .f64_histogram(NAME)
-                .with_unit("s")
-                .with_description(DESCRIPTION)
-                .with_boundaries(STEP_DURATION_BUCKETS.to_vec())
-                .build(),
+            histogram: b.histogram_f64_with(STEP_DURATION, &STEP_DURATION_BUCKETS),
         }
     }
 

@@ -3,28 +3,16 @@
 //! completion by reason, grammar compile time, cache lookups and failures, and the time of
 //! each per-token mask.
 
-use actix::{Handler, Message};
+use actix::Message;
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::metrics::{Counter, Histogram};
 
-use super::actor::StatsActor;
+use super::builder::InstrumentBuilder;
 use super::data::IterationStats;
 use crate::engine::structured_output::StructuredOutput;
 use crate::engine::types::FinishReason;
 
-/// Instrument specs.
-#[rustfmt::skip]
-pub mod specs {
-    use super::super::instruments::Spec;
-
-    pub const REQUESTS: Spec = Spec { name: "kiln_structured_output_requests", unit: "{request}", description: "Finished requests whose output was constrained, by constraint kind." };
-    pub const INVALID: Spec = Spec { name: "kiln_structured_output_invalid", unit: "{request}", description: "Constrained requests that ended without a complete, valid output (cut by max_tokens, aborted, failed), by reason." };
-    pub const COMPILE_DURATION: Spec = Spec { name: "kiln_grammar_compile_duration", unit: "s", description: "Time to compile a constraint into a grammar (cache misses only)." };
-    pub const CACHE_QUERIES: Spec = Spec { name: "kiln_grammar_cache_queries", unit: "{lookup}", description: "Compiled-grammar cache lookups." };
-    pub const CACHE_HITS: Spec = Spec { name: "kiln_grammar_cache_hits", unit: "{lookup}", description: "Compiled-grammar cache lookups that found the grammar." };
-    pub const COMPILE_FAILURES: Spec = Spec { name: "kiln_grammar_compile_failures", unit: "{request}", description: "Constraints refused with a 400, by reason (too_large, invalid, timeout, unavailable)." };
-    pub const MASK_DURATION: Spec = Spec { name: "kiln_grammar_mask_duration", unit: "s", description: "Time to compute one constrained sequence's token mask on the executor thread." };
-}
+use super::family::structured as specs;
 
 /// Compile time buckets: from a cached lexer's fraction of a millisecond to the timeout.
 pub const COMPILE_BUCKETS: [f64; 12] = [
@@ -68,22 +56,10 @@ pub(super) struct StructuredOutputInstruments {
 }
 
 impl StructuredOutputInstruments {
-    pub(super) fn new(meter: &Meter, model: &[KeyValue]) -> Self {
-        let counter = |s: super::instruments::Spec| {
-            meter
-                .u64_counter(s.name)
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .build()
-        };
-        let hist = |s: super::instruments::Spec, bounds: &[f64]| {
-            meter
-                .f64_histogram(s.name)
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .with_boundaries(bounds.to_vec())
-                .build()
-        };
+    /// `b` builds unprefixed instruments: these families are `kiln_*` whatever the prefix.
+    pub(super) fn new(b: &InstrumentBuilder<'_>, model: &[KeyValue]) -> Self {
+        let counter = |s| b.counter(s);
+        let hist = |s, bounds: &[f64]| b.histogram_f64_with(s, bounds);
         let labelled = |key: &'static str, value: &'static str| {
             let mut attrs = model.to_vec();
             attrs.push(KeyValue::new(key, value));
@@ -131,7 +107,7 @@ impl StructuredOutputInstruments {
         }
     }
 
-    fn record_compile(&self, model: &[KeyValue], msg: RecordGrammarCompile) {
+    pub(super) fn record_compile(&self, model: &[KeyValue], msg: RecordGrammarCompile) {
         if let Some(failure) = msg.failure {
             if let Some(i) = COMPILE_FAILURE_REASONS.iter().position(|&r| r == failure) {
                 self.compile_failures.add(1, &self.failure_attrs[i]);
@@ -144,16 +120,6 @@ impl StructuredOutputInstruments {
         }
         if let Some(seconds) = msg.compile_seconds {
             self.compile_duration.record(seconds, model);
-        }
-    }
-}
-
-impl Handler<RecordGrammarCompile> for StatsActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: RecordGrammarCompile, _: &mut Self::Context) {
-        if let Some(i) = self.instruments() {
-            i.structured.record_compile(&i.model, msg);
         }
     }
 }

@@ -34,6 +34,7 @@ mod overload;
 mod process_lifecycle;
 mod prompt_bos;
 mod quant_types;
+mod readme_quickstart;
 mod reference_parity;
 mod responses_api;
 mod sampling_params;

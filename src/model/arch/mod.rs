@@ -3,7 +3,7 @@
 //! differs ([`ArchFeatures`]) and how its weights are named and laid out ([`WeightLayout`]).
 //!
 //! Adding one: a file here implementing the trait, a line in [`ARCHITECTURES`], and a
-//! parity fixture under `tests/data/tiny/` (README, "Adding an architecture").
+//! parity fixture under `tests/data/tiny/` (docs/09-design.md, "Adding an architecture").
 
 mod gemma3;
 mod llama;

@@ -25,7 +25,7 @@ use actix_web::http::{Method, header};
 use actix_web::web::Bytes;
 use futures_util::future::LocalBoxFuture;
 
-use super::actor::{HttpRequestFinished, HttpRequestStarted, RecordHttp, StatsActor};
+use crate::stats::actor::{HttpRequestFinished, HttpRequestStarted, RecordHttp, StatsActor};
 
 /// The `http.request.method` value: known methods as they are, anything else `_OTHER`.
 pub fn normalise_method(method: &Method) -> &'static str {

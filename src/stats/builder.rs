@@ -1,0 +1,110 @@
+//! The one builder every instrument goes through: its name from the family table (with the
+//! engine prefix for engine families, by [`engine_metric_name`]), its unit and description from
+//! the spec, its bucket bounds from the configured lists. No instrument is built by hand.
+
+use std::sync::Arc;
+
+use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+
+use super::buckets::HistogramBuckets;
+use super::exemplars::{ExemplarHistogram, ExemplarStore, TracedHistogram};
+use super::family::{HistogramSpec, Spec, engine_metric_name};
+
+/// What the instruments depend on besides the meter.
+#[derive(Debug, Clone)]
+pub struct InstrumentsConfig<'a> {
+    pub engine_prefix: &'a str,
+    pub model_name: &'a str,
+    pub buckets: &'a HistogramBuckets,
+    pub kv_cache_metrics: bool,
+    pub mfu_metrics: bool,
+}
+
+/// Builds instruments named under one prefix: the engine prefix, or none ([`Self::unprefixed`])
+/// for the `kiln_*`, GenAI and HTTP families.
+#[derive(Clone, Copy)]
+pub struct InstrumentBuilder<'a> {
+    meter: &'a Meter,
+    cfg: &'a InstrumentsConfig<'a>,
+    prefix: &'a str,
+}
+
+impl<'a> InstrumentBuilder<'a> {
+    pub fn new(meter: &'a Meter, cfg: &'a InstrumentsConfig<'a>) -> Self {
+        Self {
+            meter,
+            cfg,
+            prefix: cfg.engine_prefix,
+        }
+    }
+
+    /// The same builder for families whose names take no engine prefix.
+    pub fn unprefixed(self) -> Self {
+        Self { prefix: "", ..self }
+    }
+
+    pub fn config(&self) -> &'a InstrumentsConfig<'a> {
+        self.cfg
+    }
+
+    fn name(&self, s: &Spec) -> String {
+        engine_metric_name(self.prefix, s.name)
+    }
+
+    pub fn gauge_u64(&self, s: Spec) -> Gauge<u64> {
+        let b = self.meter.u64_gauge(self.name(&s));
+        b.with_unit(s.unit).with_description(s.description).build()
+    }
+
+    pub fn gauge_f64(&self, s: Spec) -> Gauge<f64> {
+        let b = self.meter.f64_gauge(self.name(&s));
+        b.with_unit(s.unit).with_description(s.description).build()
+    }
+
+    pub fn counter(&self, s: Spec) -> Counter<u64> {
+        let b = self.meter.u64_counter(self.name(&s));
+        b.with_unit(s.unit).with_description(s.description).build()
+    }
+
+    pub fn counter_f64(&self, s: Spec) -> Counter<f64> {
+        let b = self.meter.f64_counter(self.name(&s));
+        b.with_unit(s.unit).with_description(s.description).build()
+    }
+
+    pub fn up_down_counter(&self, s: Spec) -> UpDownCounter<i64> {
+        let b = self.meter.i64_up_down_counter(self.name(&s));
+        b.with_unit(s.unit).with_description(s.description).build()
+    }
+
+    /// A histogram over its family's configured buckets.
+    pub fn histogram_f64(&self, h: HistogramSpec) -> Histogram<f64> {
+        self.histogram_f64_with(h.spec, &self.cfg.buckets.bounds(h.buckets))
+    }
+
+    pub fn histogram_u64(&self, h: HistogramSpec) -> Histogram<u64> {
+        self.histogram_u64_with(h.spec, &self.cfg.buckets.bounds(h.buckets))
+    }
+
+    /// A histogram over fixed bounds (families whose buckets are not configurable).
+    pub fn histogram_f64_with(&self, s: Spec, bounds: &[f64]) -> Histogram<f64> {
+        let b = self.meter.f64_histogram(self.name(&s));
+        b.with_unit(s.unit)
+            .with_description(s.description)
+            .with_boundaries(bounds.to_vec())
+            .build()
+    }
+
+    pub fn histogram_u64_with(&self, s: Spec, bounds: &[f64]) -> Histogram<u64> {
+        let b = self.meter.u64_histogram(self.name(&s));
+        b.with_unit(s.unit)
+            .with_description(s.description)
+            .with_boundaries(bounds.to_vec())
+            .build()
+    }
+
+    /// A latency histogram whose traced observations become exemplars in `store`.
+    pub fn traced_histogram(&self, h: HistogramSpec, store: &Arc<ExemplarStore>) -> TracedHistogram {
+        let exemplars = ExemplarHistogram::new(&self.name(&h.spec), h.spec.unit, self.cfg.buckets.bounds(h.buckets));
+        TracedHistogram::new(self.histogram_f64(h), exemplars, store.clone())
+    }
+}
