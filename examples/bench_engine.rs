@@ -4,7 +4,7 @@
 //! token against the memory bandwidth measured in the same run).
 //!
 //! ```text
-//! cargo run --release --example bench_engine -- --model PATH [--output-json FILE]
+//! cargo run --release --features testing --example bench_engine -- --model PATH [--output-json FILE]
 //! ```
 
 use clap::Parser;

@@ -5,7 +5,7 @@
 //! 3. time to first token of a request whose long prefix is cached, vs uncached.
 //!
 //! ```text
-//! cargo run --release --example bench_scheduler -- --model PATH [--output-json FILE]
+//! cargo run --release --features testing --example bench_scheduler -- --model PATH [--output-json FILE]
 //! ```
 
 use std::collections::HashMap;

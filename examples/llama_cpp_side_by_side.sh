@@ -8,14 +8,16 @@
 #   examples/llama_cpp_side_by_side.sh                 # build llama-server once, bench both
 #   examples/llama_cpp_side_by_side.sh --case long     # 2048-token prompts, 256 out, 1 and 8 streams
 #   examples/llama_cpp_side_by_side.sh --only kiln     # re-bench kiln, keep llama.cpp's results
-#   examples/llama_cpp_side_by_side.sh --build-only    # just build and cache llama-server
+#   examples/llama_cpp_side_by_side.sh --build-only    # just build and cache llama-server and llama-quantize
+#   examples/llama_cpp_side_by_side.sh --build-quantize  # just llama-quantize (CI: the cheap target)
 #
 # Cases: short = 128 prompt and 128 output tokens at 1, 8 and 32 streams, 32 slots of 512 tokens;
 # long = 2048 and 256 at 1 and 8 streams, 8 slots of 2560 tokens (room for one whole request each).
 # Environment overrides: KILN_LLAMA_CPP_DIR (build cache, default ~/.cache/kiln/llama.cpp),
 # KILN_MODEL_GGUF (default: the first *.gguf under .ci/cache, /tmp/model or kiln's cache),
 # INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS (default max(8, 4 x concurrency)), CONCURRENCIES, SEED (0),
-# SLOTS, CTX_PER_SLOT (KV-cache tokens per slot), LLAMA_KV_MODES ("unified per-slot").
+# SLOTS, CTX_PER_SLOT (KV-cache tokens per slot), LLAMA_KV_MODES ("unified per-slot"),
+# KILN_BIN (default target/release/kiln: another build to compare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,8 +61,9 @@ if grep -qw amx_tile /proc/cpuinfo && ! amx_usable; then
   BUILD_DIR="$BUILD_DIR-no-amx"
 fi
 LLAMA_SERVER="$BUILD_DIR/bin/llama-server"
+LLAMA_QUANTIZE="$BUILD_DIR/bin/llama-quantize"
 
-KILN_BIN=target/release/kiln
+KILN_BIN="${KILN_BIN:-target/release/kiln}"
 BENCH=target/release/examples/bench_serving
 KILN_BLOCK_SIZE=16
 THREADS="$(nproc)"
@@ -72,7 +75,8 @@ usage() {
 Options:
   --case short|long   the workload (default short)
   --only llama|kiln   bench one server only (the other's earlier results still go in the summary)
-  --build-only        build and cache llama-server, then stop
+  --build-only        build and cache llama-server and llama-quantize, then stop
+  --build-quantize    build and cache llama-quantize only, print its path, then stop
   -h, --help          this help
 EOF
 }
@@ -87,6 +91,7 @@ while [[ $# -gt 0 ]]; do
     --only) ONLY="${2:-}"; shift 2 ;;
     --only=*) ONLY="${1#--only=}"; shift ;;
     --build-only) BUILD_ONLY=1; shift ;;
+    --build-quantize) BUILD_ONLY=quantize; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -116,13 +121,19 @@ KV_TOKENS=$((SLOTS * CTX_PER_SLOT))
 die() { echo "error: $*" >&2; exit 1; }
 log() { echo "==> $*" >&2; }
 
-# --- llama-server: download the sdist, build vendor/llama.cpp once, cache the binary ----------
+# --- llama.cpp: download the sdist, build vendor/llama.cpp once, cache the binaries ----------
 
-build_llama_server() {
-  if [[ -x "$LLAMA_SERVER" ]]; then
-    log "llama-server cached: $LLAMA_SERVER"
-    return
-  fi
+# Builds the named targets (llama-server, llama-quantize) that are not cached yet.
+build_llama_cpp() {
+  local targets=() target
+  for target in "$@"; do
+    if [[ -x "$BUILD_DIR/bin/$target" ]]; then
+      log "$target cached: $BUILD_DIR/bin/$target"
+    else
+      targets+=("$target")
+    fi
+  done
+  [[ ${#targets[@]} -gt 0 ]] || return 0
   if ! command -v cmake >/dev/null; then
     log "installing cmake (Debian package)"
     apt-get update -qq
@@ -151,7 +162,7 @@ build_llama_server() {
   llama_src="$(find "$src_dir" -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n 1)"
   [[ -n "$llama_src" && -f "$llama_src/CMakeLists.txt" ]] || die "no vendor/llama.cpp in $sdist"
 
-  log "building llama-server from $llama_src (Release, native CPU${NATIVE_FLAGS:+ without AMX, which this VM does not grant}, $THREADS jobs)"
+  log "building ${targets[*]} from $llama_src (Release, native CPU${NATIVE_FLAGS:+ without AMX, which this VM does not grant}, $THREADS jobs)"
   local start=$SECONDS
   # CPU only; static so the binary runs on its own; nothing fetched at build time (no curl, no
   # prebuilt web UI from Hugging Face, no OpenSSL: the server only reads a local file).
@@ -166,12 +177,20 @@ build_llama_server() {
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     >"$CACHE_DIR/cmake-configure.log" 2>&1 \
     || { tail -n 40 "$CACHE_DIR/cmake-configure.log" >&2; die "cmake configure failed"; }
-  nice -n 10 cmake --build "$BUILD_DIR" --config Release --target llama-server -j"$THREADS"
-  [[ -x "$LLAMA_SERVER" ]] || die "the build did not produce $LLAMA_SERVER"
-  log "built $LLAMA_SERVER in $((SECONDS - start)) s"
+  # Progress to stderr: --build-quantize prints only the binary's path on stdout.
+  nice -n 10 cmake --build "$BUILD_DIR" --config Release --target "${targets[@]}" -j"$THREADS" >&2
+  for target in "${targets[@]}"; do
+    [[ -x "$BUILD_DIR/bin/$target" ]] || die "the build did not produce $BUILD_DIR/bin/$target"
+  done
+  log "built ${targets[*]} in $((SECONDS - start)) s"
 }
 
-build_llama_server
+if [[ $BUILD_ONLY == quantize ]]; then
+  build_llama_cpp llama-quantize
+  echo "$LLAMA_QUANTIZE"
+  exit 0
+fi
+build_llama_cpp llama-server llama-quantize
 if [[ $BUILD_ONLY == 1 ]]; then
   exit 0
 fi

@@ -16,6 +16,7 @@ pub mod model;
 pub mod scheduler;
 pub mod server;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tokenizer;
 pub mod traces;

@@ -11,7 +11,6 @@ use burn::tensor::{Distribution, Tensor};
 use kiln::executor::Executor;
 use kiln::executor::model_runner::ModelRunner;
 use kiln::kernels::GgmlType;
-use kiln::kernels::KernelPath;
 use kiln::kernels::{PackedMatrix, matmul_packed};
 use kiln::model::gguf::quantize;
 use kiln::model::loader::open_model;
@@ -42,8 +41,8 @@ pub struct Args {
     #[arg(long)]
     pub dequantize_weights: bool,
     /// CPU kernels: auto, avx512, avx2 or portable (as `kiln serve --cpu-kernels`).
-    #[arg(long, default_value = "auto")]
-    pub cpu_kernels: String,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub cpu_kernels: kiln::config::CpuKernels,
     /// Context length of the long-context decode case (its prompt is prefilled first); 0
     /// skips it.
     #[arg(long, default_value_t = 4096)]
@@ -112,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let flops_per_token = 2.0 * (cfg.num_layers * per_layer) as f64;
     let head_flops = 2.0 * (cfg.hidden_size * cfg.vocab_size) as f64;
     let mut report = serde_json::Map::new();
-    let kernels = KernelPath::choose(&args.cpu_kernels).map_err(anyhow::Error::msg)?;
+    let kernels = args.cpu_kernels.path().map_err(anyhow::Error::msg)?;
     kiln::kernels::dispatch::set_active(kernels);
     println!("CPU kernels: {}", kernels.name());
     report.insert("cpu".into(), cpu_info::cpu_info());
@@ -162,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (mut s, mut r) = direct_engine(path, |c| {
         c.engine.max_num_batched_tokens = args.prefill_len.max(2048);
         c.model.dequantize_weights = args.dequantize_weights;
-        c.engine.cpu_kernels = args.cpu_kernels.clone();
+        c.engine.cpu_kernels = args.cpu_kernels;
     })?;
     // Token ids spread over the model's vocabulary (any model, the tiny test one included).
     let vocab = cfg.vocab_size as u32;
@@ -188,7 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for &batch_size in &args.decode_batches {
         let (mut s, mut r) = direct_engine(path, |c| {
             c.model.dequantize_weights = args.dequantize_weights;
-            c.engine.cpu_kernels = args.cpu_kernels.clone();
+            c.engine.cpu_kernels = args.cpu_kernels;
         })?;
         for i in 0..batch_size {
             s.add(
@@ -247,7 +246,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, vocab: u32) -> anyhow::Result<f64> {
     let (mut s, mut r) = direct_engine(path, |c| {
         c.model.dequantize_weights = args.dequantize_weights;
-        c.engine.cpu_kernels = args.cpu_kernels.clone();
+        c.engine.cpu_kernels = args.cpu_kernels;
         c.engine.kv_cache_memory = "1GiB".into();
     })?;
     let prompt: Vec<u32> = (0..context as u32).map(|i| (100 + i * 37) % vocab).collect();

@@ -236,7 +236,7 @@ impl ChunkFormat for ChatFormat {
 }
 
 impl ResponseFormat for ChatFormat {
-    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
+    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> serde_json::Result<Vec<u8>> {
         let prompt_logprobs = choices
             .iter()
             .find_map(|(_, delta)| delta.prompt_logprobs.as_deref())
@@ -257,6 +257,6 @@ impl ResponseFormat for ChatFormat {
         let h = self.head;
         let mut response = ChatCompletionResponse::new(h.id, h.created, h.model, choices, usage);
         response.prompt_logprobs = prompt_logprobs;
-        HttpResponse::Ok().json(response)
+        serde_json::to_vec(&response)
     }
 }

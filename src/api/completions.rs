@@ -207,7 +207,7 @@ impl ChunkFormat for CompletionFormat {
 }
 
 impl ResponseFormat for CompletionFormat {
-    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
+    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> serde_json::Result<Vec<u8>> {
         let choices = choices
             .into_iter()
             .map(|(index, mut delta)| {
@@ -216,6 +216,6 @@ impl ResponseFormat for CompletionFormat {
             })
             .collect();
         let h = self.head;
-        HttpResponse::Ok().json(CompletionResponse::new(h.id, h.created, h.model, choices, usage))
+        serde_json::to_vec(&CompletionResponse::new(h.id, h.created, h.model, choices, usage))
     }
 }

@@ -7,6 +7,13 @@
 //! already emitted) and `tokens[prefix..]`, and emits the difference, holding
 //! back while the window ends in U+FFFD (an incomplete character).
 //!
+//! Holding back is bounded: an incomplete UTF-8 character is at most 3 bytes, so
+//! at most the last 3 tokens (each at least one byte) can still change. Once more
+//! than [`MAX_HELD_TOKENS`] wait, all but the last few are settled and emitted
+//! (an invalid byte as U+FFFD, as the full decode shows it), cut between characters. The window stays a
+//! few tokens long, so a stream of lone continuation bytes costs linear work, not
+//! a re-decode of everything since the last complete character on every token.
+//!
 //! The window starts with the last few prompt tokens rather than empty, so
 //! the first generated token is decoded in context: with Llama/Mistral
 //! tokenizers, `"▁world"` decodes to `"world"` on its own but `" world"`
@@ -17,6 +24,10 @@ use tokenizers::Tokenizer;
 /// Prompt tokens kept as context (vLLM uses the same 5).
 pub const PROMPT_CONTEXT_TOKENS: usize = 5;
 
+/// Most tokens held back waiting for a character to complete; more than the 3 bytes an
+/// incomplete UTF-8 character can have, each token carrying at least one.
+pub const MAX_HELD_TOKENS: usize = 4;
+
 /// Turns a stream of token ids into a stream of complete UTF-8 text.
 #[derive(Debug, Clone)]
 pub struct IncrementalDetokenizer {
@@ -26,6 +37,8 @@ pub struct IncrementalDetokenizer {
     prefix_offset: usize,
     /// End of the tokens whose text has been emitted.
     read_offset: usize,
+    /// Tokens decoded so far, all calls together: the work this stream has cost.
+    decoded_tokens: usize,
 }
 
 impl IncrementalDetokenizer {
@@ -39,6 +52,7 @@ impl IncrementalDetokenizer {
             read_offset: tokens.len(),
             tokens,
             prefix_offset: 0,
+            decoded_tokens: 0,
         }
     }
 
@@ -46,26 +60,42 @@ impl IncrementalDetokenizer {
     /// empty: a partial character, or a skipped special token).
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> String {
         self.tokens.push(id);
-        let prefix_text = decode(tok, &self.tokens[self.prefix_offset..self.read_offset]);
-        let new_text = decode(tok, &self.tokens[self.prefix_offset..]);
-        if new_text.len() <= prefix_text.len() || new_text.ends_with('\u{FFFD}') {
+        let prefix_text = self.decode(tok, self.prefix_offset, self.read_offset);
+        let new_text = self.decode(tok, self.prefix_offset, self.tokens.len());
+        if new_text.len() > prefix_text.len() && !new_text.ends_with('\u{FFFD}') {
+            let delta = new_suffix(&prefix_text, &new_text).to_owned();
+            self.advance(self.tokens.len());
+            return delta;
+        }
+        let held = self.tokens.len() - self.read_offset;
+        if held <= MAX_HELD_TOKENS {
             return String::new();
         }
-        let delta = new_suffix(&prefix_text, &new_text).to_owned();
-        // The emitted window becomes the next step's context.
-        self.prefix_offset = self.read_offset;
-        self.read_offset = self.tokens.len();
-        self.tokens.drain(..self.prefix_offset);
-        self.read_offset -= self.prefix_offset;
-        self.prefix_offset = 0;
-        delta
+        // Only the last few tokens can still change: settle the rest, cut where the settled
+        // text is how the whole decode begins (not inside a character, which would show as
+        // U+FFFD alone). Characters are at most 4 bytes, so one of 4 cuts in a row is such.
+        let latest_cut = self.tokens.len() - MAX_HELD_TOKENS;
+        for settled_end in (self.read_offset + 1..=latest_cut).rev().take(4) {
+            let settled_text = self.decode(tok, self.prefix_offset, settled_end);
+            if !new_text.starts_with(&settled_text) {
+                continue;
+            }
+            let delta = if settled_text.len() > prefix_text.len() {
+                new_suffix(&prefix_text, &settled_text).to_owned()
+            } else {
+                String::new()
+            };
+            self.advance(settled_end);
+            return delta;
+        }
+        String::new()
     }
 
     /// Flushes text still held back (e.g. a trailing incomplete character,
     /// which comes out as U+FFFD exactly as a full decode would show it).
     pub fn finish(&mut self, tok: &Tokenizer) -> String {
-        let prefix_text = decode(tok, &self.tokens[self.prefix_offset..self.read_offset]);
-        let new_text = decode(tok, &self.tokens[self.prefix_offset..]);
+        let prefix_text = self.decode(tok, self.prefix_offset, self.read_offset);
+        let new_text = self.decode(tok, self.prefix_offset, self.tokens.len());
         let delta = if new_text.len() > prefix_text.len() {
             new_suffix(&prefix_text, &new_text).to_owned()
         } else {
@@ -75,6 +105,25 @@ impl IncrementalDetokenizer {
         self.prefix_offset = 0;
         self.read_offset = 0;
         delta
+    }
+
+    /// Tokens decoded so far over all calls (each push decodes a window of a few).
+    pub fn decoded_tokens(&self) -> usize {
+        self.decoded_tokens
+    }
+
+    /// The text emitted up to `read_end` becomes the next step's context.
+    fn advance(&mut self, read_end: usize) {
+        self.prefix_offset = self.read_offset;
+        self.read_offset = read_end;
+        self.tokens.drain(..self.prefix_offset);
+        self.read_offset -= self.prefix_offset;
+        self.prefix_offset = 0;
+    }
+
+    fn decode(&mut self, tok: &Tokenizer, start: usize, end: usize) -> String {
+        self.decoded_tokens += end - start;
+        decode(tok, &self.tokens[start..end])
     }
 }
 
@@ -227,5 +276,52 @@ mod tests {
             let (_, joined) = stream(&tok, &[], &ids);
             assert_eq!(joined, tok.decode(&ids, true).unwrap(), "{ids:?}");
         }
+        // Mostly continuation and lead bytes, so characters stay incomplete for long runs.
+        for _ in 0..300 {
+            let ids: Vec<u32> = (0..rng.below(40))
+                .map(|_| [0x80, 0x9f, 0xbf, 0xc3, 0xe2, 0xf0, b'a'][rng.below(7)] as u32)
+                .map(|byte| byte_token(&tok, byte as u8))
+                .collect();
+            let (_, joined) = stream(&tok, &[], &ids);
+            assert_eq!(joined, tok.decode(&ids, true).unwrap(), "{ids:?}");
+        }
+    }
+
+    /// The id of the token that is exactly `byte`: GPT-2's byte-to-character map (printable
+    /// bytes stand for themselves, the rest for 256 onwards in order).
+    fn byte_token(tok: &Tokenizer, byte: u8) -> u32 {
+        let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+        let ch = if printable(byte) {
+            char::from(byte)
+        } else {
+            char::from_u32(256 + (0..byte).filter(|&b| !printable(b)).count() as u32).expect("a char")
+        };
+        tok.token_to_id(&ch.to_string()).expect("every byte is a token")
+    }
+
+    #[test]
+    fn a_long_run_of_lone_continuation_bytes_costs_linear_decode_work() {
+        let tok = tokenizer();
+        let lone = byte_token(&tok, 0x80);
+        let n = 2000;
+        let mut d = IncrementalDetokenizer::new(&[]);
+        let mut emitted = 0;
+        let mut text = String::new();
+        for i in 1..=n {
+            let piece = d.push(&tok, lone);
+            emitted += usize::from(!piece.is_empty());
+            text.push_str(&piece);
+            assert!(
+                text.chars().count() + MAX_HELD_TOKENS >= i,
+                "held back more than {MAX_HELD_TOKENS} at {i}"
+            );
+        }
+        text.push_str(&d.finish(&tok));
+        assert_eq!(text, tok.decode(&vec![lone; n], true).unwrap());
+        assert!(emitted >= n - MAX_HELD_TOKENS, "emitted as it went: {emitted} pieces");
+        // A few tokens a push (the window is at most context + settled + held); a window
+        // growing since the last complete character would decode about n * n tokens.
+        let work = d.decoded_tokens();
+        assert!(work <= 16 * n, "decoded {work} tokens for {n} pushes");
     }
 }

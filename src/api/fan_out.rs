@@ -6,16 +6,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::Addr;
 use tokenizers::Tokenizer;
 
+use super::engine_handle::EngineHandle;
 use super::errors::ApiError;
 use super::generation::{ChoiceRequest, ChoiceStream};
 use super::prompt::{ParamNames, fit_to_context};
 use super::request_log::RequestRecord;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
-use crate::scheduler::actor::SchedulerActor;
 
 /// What every choice of one body shares.
 #[derive(Debug, Clone, Copy)]
@@ -68,14 +67,14 @@ pub fn plan_choices(
 /// Submits every planned choice; on the first refusal the ones already submitted are
 /// dropped (aborting them) and the refusal is returned.
 pub async fn submit_choices(
-    scheduler: &Addr<SchedulerActor>,
+    engine: &EngineHandle,
     tokenizer: &Arc<Tokenizer>,
     planned: Vec<ChoiceRequest>,
     record: Option<Arc<RequestRecord>>,
 ) -> Result<Vec<ChoiceStream>, ApiError> {
     let mut choices = Vec::with_capacity(planned.len());
     for request in planned {
-        choices.push(ChoiceStream::submit(scheduler, tokenizer, request, record.clone()).await?);
+        choices.push(ChoiceStream::submit(engine, tokenizer, request, record.clone()).await?);
     }
     Ok(choices)
 }
@@ -102,7 +101,7 @@ mod tests {
         let params = SamplingParams {
             n: 3,
             seed: Some(7),
-            max_tokens: 4,
+            max_tokens: Some(4),
             ..Default::default()
         };
         let plan = plan_choices(&fan_out(64), vec![vec![1, 2], vec![3]], params).expect("fits");
@@ -126,18 +125,18 @@ mod tests {
     #[test]
     fn open_max_tokens_is_fitted_per_prompt() {
         let params = SamplingParams {
-            max_tokens: u32::MAX,
+            max_tokens: None,
             ..Default::default()
         };
         let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
-        assert_eq!(plan[0].params.max_tokens, 6);
-        assert_eq!(plan[1].params.max_tokens, 3);
+        assert_eq!(plan[0].params.max_tokens, Some(6));
+        assert_eq!(plan[1].params.max_tokens, Some(3));
     }
 
     #[test]
     fn the_choices_of_one_prompt_share_its_fitted_params() {
         let params = SamplingParams {
-            max_tokens: u32::MAX,
+            max_tokens: None,
             n: 2,
             ..Default::default()
         };
@@ -151,7 +150,7 @@ mod tests {
     #[test]
     fn one_prompt_too_long_refuses_the_whole_body() {
         let params = SamplingParams {
-            max_tokens: 4,
+            max_tokens: Some(4),
             n: 2,
             ..Default::default()
         };

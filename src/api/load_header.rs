@@ -8,7 +8,6 @@ use actix_web::middleware::Next;
 use actix_web::{Error, web};
 
 use super::AppState;
-use crate::scheduler::actor::GetLoad;
 use crate::stats::data::SchedulerStats;
 
 pub const FORMAT_HEADER: &str = "endpoint-load-metrics-format";
@@ -24,10 +23,10 @@ pub async fn endpoint_load_metrics(
         .get(FORMAT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_uppercase());
-    let scheduler = req.app_data::<web::Data<AppState>>().map(|s| s.scheduler.clone());
+    let engine = req.app_data::<web::Data<AppState>>().map(|s| s.engine.clone());
     let mut response = next.call(req).await?;
-    if let (Some(format), Some(scheduler)) = (format, scheduler)
-        && let Ok(load) = scheduler.send(GetLoad).await
+    if let (Some(format), Some(engine)) = (format, engine)
+        && let Some(load) = engine.load().await
         && let Ok(value) = HeaderValue::from_str(&render(&format, &load))
     {
         response
@@ -44,6 +43,10 @@ pub fn render(format: &str, load: &SchedulerStats) -> String {
         ("num_requests_waiting", load.num_waiting as f64),
         ("num_requests_swapped", load.num_swapped as f64),
         ("kv_cache_usage_perc", load.kv_cache_usage),
+        ("num_tokens_waiting", load.tokens.waiting as f64),
+        ("uncached_tokens_waiting", load.tokens.uncached_waiting as f64),
+        ("num_tokens_running", load.tokens.running as f64),
+        ("max_token_capacity", load.tokens.capacity as f64),
     ];
     if format == "JSON" {
         let named: serde_json::Map<String, serde_json::Value> = metrics
@@ -60,6 +63,7 @@ pub fn render(format: &str, load: &SchedulerStats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::data::TokenLoad;
 
     #[test]
     fn text_and_json_forms() {
@@ -67,12 +71,20 @@ mod tests {
             num_running: 3,
             num_waiting: 1,
             kv_cache_usage: 0.5,
+            tokens: TokenLoad {
+                waiting: 40,
+                uncached_waiting: 24,
+                running: 7,
+                capacity: 1024,
+            },
             ..Default::default()
         };
         assert_eq!(
             render("TEXT", &load),
             "TEXT named_metrics.num_requests_running=3, named_metrics.num_requests_waiting=1, \
-             named_metrics.num_requests_swapped=0, named_metrics.kv_cache_usage_perc=0.5"
+             named_metrics.num_requests_swapped=0, named_metrics.kv_cache_usage_perc=0.5, \
+             named_metrics.num_tokens_waiting=40, named_metrics.uncached_tokens_waiting=24, \
+             named_metrics.num_tokens_running=7, named_metrics.max_token_capacity=1024"
         );
         let json: serde_json::Value =
             serde_json::from_str(render("JSON", &load).strip_prefix("JSON ").expect("prefix")).expect("json");

@@ -4,10 +4,12 @@ pub mod access_log;
 pub mod auth;
 pub mod body_deadline;
 pub mod chat;
+pub mod choice_output;
 pub mod choice_parts;
 pub mod completions;
 pub mod cors;
 pub mod detokenizer;
+pub mod engine_handle;
 pub mod errors;
 pub mod fan_out;
 pub mod generation;
@@ -16,6 +18,7 @@ pub mod limits;
 pub mod load_header;
 pub mod openai_types;
 pub mod openapi;
+pub mod output_pool;
 pub mod pipeline;
 pub mod prompt;
 pub mod prompt_echo;
@@ -45,7 +48,6 @@ pub use routes::routes;
 use crate::config::LimitsConfig;
 use crate::grammar::GrammarCompiler;
 use crate::model::chat_template::ChatTemplate;
-use crate::scheduler::actor::SchedulerActor;
 use crate::stats::actor::StatsActor;
 use crate::stats::exporter::Telemetry;
 
@@ -64,7 +66,7 @@ pub struct ServedModel {
     /// cannot be mapped to bytes (constrained requests then get 400).
     pub grammars: Option<Arc<GrammarCompiler>>,
     /// Reads `tool_choice: auto` calls; `None` unless `--enable-auto-tool-choice`.
-    pub tool_parser: Option<tool_calls::ToolParserKind>,
+    pub tool_parser: Option<tool_calls::ToolCallParser>,
     /// What `GET /tokenizer_info` answers (see [`tokenizer_info`]).
     pub tokenizer_config: Arc<serde_json::Value>,
 }
@@ -72,7 +74,8 @@ pub struct ServedModel {
 /// Shared, read-only state of every handler.
 pub struct AppState {
     pub model: ServedModel,
-    pub scheduler: Addr<SchedulerActor>,
+    /// Submits, aborts and reads the load of engine requests.
+    pub engine: engine_handle::EngineHandle,
     pub stats: Addr<StatsActor>,
     pub registry: prometheus::Registry,
     /// The latency exemplars `/metrics` writes in OpenMetrics.

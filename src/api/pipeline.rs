@@ -7,7 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix_web::HttpResponse;
+use actix_web::http::header::ContentType;
+use actix_web::{HttpResponse, web};
 
 use super::errors::ApiError;
 use super::fan_out::{FanOut, plan_choices, submit_choices};
@@ -80,9 +81,10 @@ impl ResponseHead {
 }
 
 /// How one endpoint words its output: stream chunks, and the whole body when not streaming.
-pub trait ResponseFormat: ChunkFormat {
-    /// The response of a request that did not stream; `choices` are in index order.
-    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse;
+pub trait ResponseFormat: ChunkFormat + Send {
+    /// The JSON body of a request that did not stream; `choices` are in index order. Runs
+    /// off the HTTP workers: a body with every prompt token's logprobs can be large.
+    fn response(self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> serde_json::Result<Vec<u8>>;
 }
 
 /// The per-endpoint parts of serving a generation request.
@@ -178,13 +180,7 @@ pub async fn serve<E: Endpoint>(
         Some((Arc::clone(tracer), spans))
     });
     let record = RequestRecord::new(log, traced, state.model.name.clone(), prompt_tokens, choices.len());
-    let choices = submit_choices(
-        &state.scheduler,
-        &state.model.tokenizer,
-        choices,
-        Some(Arc::new(record)),
-    )
-    .await?;
+    let choices = submit_choices(&state.engine, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
     match delivery {
         Delivery::Stream(usage) => Ok(sse_response(
             choices,
@@ -203,7 +199,11 @@ pub async fn serve<E: Endpoint>(
                 .map(|(index, delta)| (*index, delta.end.map_or(0, |e| e.usage.cached_prompt_tokens)));
             let cached = cached_prompt_tokens(ends, choices_per_prompt);
             let usage = Usage::new(prompt_tokens as u32, completion_tokens as u32).with_cached(cached as u32);
-            Ok(format.response(results, usage))
+            let body = web::block(move || format.response(results, usage))
+                .await
+                .map_err(|e| ApiError::EngineError(format!("writing the response failed: {e}")))?
+                .map_err(|e| ApiError::EngineError(format!("writing the response failed: {e}")))?;
+            Ok(HttpResponse::Ok().content_type(ContentType::json()).body(body))
         }
     }
 }

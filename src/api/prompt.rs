@@ -72,13 +72,13 @@ pub fn fit_to_context(
         max_tokens_param: names.max_tokens,
     };
     if prompt_len >= max_model_len {
-        return Err(exceeded(params.max_tokens.min(1)));
+        return Err(exceeded(params.max_tokens.unwrap_or(1).min(1)));
     }
     let room = (max_model_len - prompt_len) as u32;
-    if params.max_tokens == u32::MAX {
-        params.max_tokens = room;
-    } else if params.max_tokens > room {
-        return Err(exceeded(params.max_tokens));
+    match params.max_tokens {
+        None => params.max_tokens = Some(room),
+        Some(asked) if asked > room => return Err(exceeded(asked)),
+        Some(_) => {}
     }
     Ok(())
 }
@@ -95,13 +95,13 @@ mod tests {
     #[test]
     fn open_max_tokens_is_clamped_and_explicit_overflow_refused() {
         let mut p = SamplingParams {
-            max_tokens: u32::MAX,
+            max_tokens: None,
             ..Default::default()
         };
         fit_to_context(100, &mut p, 128, CHAT).expect("fits");
-        assert_eq!(p.max_tokens, 28);
+        assert_eq!(p.max_tokens, Some(28));
         let mut p = SamplingParams {
-            max_tokens: 29,
+            max_tokens: Some(29),
             ..Default::default()
         };
         let err = fit_to_context(100, &mut p, 128, CHAT).unwrap_err();

@@ -16,7 +16,6 @@ use super::service_types::{Load, Readiness, VersionInfo};
 use super::tokenize::{detokenize, tokenize};
 use super::tokenizer_info::tokenizer_info as tokenizer_info_handler;
 use crate::engine::health::EngineHealth;
-use crate::scheduler::actor::GetLoad;
 
 /// Every route (`/metrics` only when it is not on a listener of its own, `/tokenizer_info`
 /// only when enabled); unknown paths get an OpenAI-style 404, known paths with the wrong
@@ -81,10 +80,10 @@ async fn health(state: web::Data<AppState>, engine: web::Data<EngineHealth>) -> 
         return Err(ApiError::Unavailable("the engine has stopped for good".into()));
     }
     state
-        .scheduler
-        .send(GetLoad)
+        .engine
+        .load()
         .await
-        .map_err(|_| ApiError::Unavailable("the engine is not running".into()))?;
+        .ok_or_else(|| ApiError::Unavailable("the engine is not running".into()))?;
     Ok(HttpResponse::Ok().finish())
 }
 
@@ -108,15 +107,19 @@ async fn version() -> HttpResponse {
 /// The engine's load for routers and load balancers.
 async fn load(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let s = state
-        .scheduler
-        .send(GetLoad)
+        .engine
+        .load()
         .await
-        .map_err(|_| ApiError::Unavailable("the engine is not running".into()))?;
+        .ok_or_else(|| ApiError::Unavailable("the engine is not running".into()))?;
     Ok(HttpResponse::Ok().json(Load {
         running: s.num_running,
         waiting: s.num_waiting,
         swapped: s.num_swapped,
         kv_cache_usage: s.kv_cache_usage,
+        num_tokens_waiting: s.tokens.waiting,
+        uncached_tokens_waiting: s.tokens.uncached_waiting,
+        num_tokens_running: s.tokens.running,
+        max_token_capacity: s.tokens.capacity,
     }))
 }
 

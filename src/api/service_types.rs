@@ -49,6 +49,14 @@ pub struct Load {
     pub swapped: usize,
     /// Share of the KV cache in use, 0 to 1.
     pub kv_cache_usage: f64,
+    /// Tokens the waiting requests still have to compute.
+    pub num_tokens_waiting: u64,
+    /// Of those, the ones the prefix cache would not cover.
+    pub uncached_tokens_waiting: u64,
+    /// Context tokens of the running batch.
+    pub num_tokens_running: u64,
+    /// Tokens the KV cache holds when full.
+    pub max_token_capacity: u64,
 }
 
 #[cfg(test)]

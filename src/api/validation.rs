@@ -53,8 +53,9 @@ pub struct SamplingInputs<'a> {
     pub top_k: Option<i32>,
     pub min_p: Option<f32>,
     pub n: Option<u32>,
-    /// Resolved value and the name the client used for it.
-    pub max_tokens: u32,
+    /// Resolved value (`None`: chat's open bound, fitted to the context later) and the name
+    /// the client used for it.
+    pub max_tokens: Option<u32>,
     pub max_tokens_param: &'static str,
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
@@ -125,7 +126,7 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
             format!("`n` must be between 1 and {MAX_N}, got {n}"),
         ));
     }
-    if inputs.max_tokens == 0 {
+    if inputs.max_tokens == Some(0) {
         let p = inputs.max_tokens_param;
         return Err(ApiError::invalid(p, format!("`{p}` must be at least 1")));
     }
@@ -137,15 +138,11 @@ pub fn validate_sampling(inputs: &SamplingInputs<'_>) -> Result<SamplingParams, 
         ));
     }
     let min_tokens = inputs.min_tokens.unwrap_or(0);
-    // `u32::MAX` is chat's open `max_tokens`, fitted to the context later.
-    if inputs.max_tokens != u32::MAX && min_tokens > inputs.max_tokens {
+    if let Some(max_tokens) = inputs.max_tokens.filter(|&m| min_tokens > m) {
         let p = inputs.max_tokens_param;
         return Err(ApiError::invalid(
             "min_tokens",
-            format!(
-                "`min_tokens` ({min_tokens}) must be at most `{p}` ({})",
-                inputs.max_tokens
-            ),
+            format!("`min_tokens` ({min_tokens}) must be at most `{p}` ({max_tokens})"),
         ));
     }
     if let Some(k) = inputs.prompt_logprobs.filter(|&k| k > MAX_LOGPROBS) {
@@ -272,7 +269,7 @@ impl CompletionRequest {
             top_k: self.top_k,
             min_p: self.min_p,
             n: self.n,
-            max_tokens: max_tokens.unwrap_or(SamplingParams::default().max_tokens),
+            max_tokens: max_tokens.or(SamplingParams::default().max_tokens),
             max_tokens_param: "max_tokens",
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
@@ -340,9 +337,9 @@ impl ChatCompletionRequest {
             return Err(ApiError::invalid("max_tokens", "`max_tokens` must be at least 1"));
         }
         let (max_tokens, max_tokens_param) = match (self.max_completion_tokens, self.max_tokens) {
-            (Some(m), _) => (m, "max_completion_tokens"),
-            (None, Some(m)) => (m, "max_tokens"),
-            (None, None) => (u32::MAX, "max_tokens"),
+            (Some(m), _) => (Some(m), "max_completion_tokens"),
+            (None, Some(m)) => (Some(m), "max_tokens"),
+            (None, None) => (None, "max_tokens"),
         };
         validate_sampling(&SamplingInputs {
             temperature: self.temperature,
@@ -403,7 +400,7 @@ mod tests {
         let p = completion(json!({})).unwrap();
         assert_eq!(p, SamplingParams::default());
         let p = chat(json!({})).unwrap();
-        assert_eq!(p.max_tokens, u32::MAX);
+        assert_eq!(p.max_tokens, None);
         assert_eq!(p.logprobs, None);
     }
 
@@ -496,7 +493,7 @@ mod tests {
         assert_eq!(p.logprobs, Some(5));
         assert_eq!(rejected_param(chat(json!({"messages": []}))), "messages");
         let p = chat(json!({"max_tokens": 5, "max_completion_tokens": 9})).unwrap();
-        assert_eq!(p.max_tokens, 9);
+        assert_eq!(p.max_tokens, Some(9));
         assert_eq!(
             rejected_param(chat(json!({"max_tokens": 5, "max_completion_tokens": 0}))),
             "max_completion_tokens"
@@ -524,7 +521,7 @@ mod tests {
         assert_eq!(p.stop_token_ids, vec![7]);
         assert!(p.ignore_eos);
         assert_eq!(p.logprobs, Some(3));
-        assert_eq!((p.n, p.max_tokens), (2, 32));
+        assert_eq!((p.n, p.max_tokens), (2, Some(32)));
         for k in [-1, 0] {
             assert_eq!(completion(json!({"top_k": k})).unwrap().top_k, None);
         }

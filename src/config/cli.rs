@@ -59,9 +59,9 @@ pub struct ServeArgs {
     /// Serve `tool_choice: "auto"` (needs --tool-call-parser).
     #[arg(long, env = "KILN_ENABLE_AUTO_TOOL_CHOICE")]
     pub enable_auto_tool_choice: bool,
-    /// How `auto` tool calls are read from the model's text: hermes.
-    #[arg(long, env = "KILN_TOOL_CALL_PARSER")]
-    pub tool_call_parser: Option<String>,
+    /// How `auto` tool calls are read from the model's text.
+    #[arg(long, env = "KILN_TOOL_CALL_PARSER", value_enum)]
+    pub tool_call_parser: Option<super::ToolCallParser>,
     /// Tokens per KV-cache block.
     #[arg(long, env = "KILN_BLOCK_SIZE")]
     pub block_size: Option<usize>,
@@ -211,9 +211,9 @@ pub struct ServeArgs {
     /// Seconds one engine step may run before kiln declares it hung and exits (0: never).
     #[arg(long, env = "KILN_STEP_TIMEOUT")]
     pub step_timeout: Option<f64>,
-    /// CPU kernels: auto (the best this CPU runs, detected at start), avx512, avx2 or portable.
-    #[arg(long, env = "KILN_CPU_KERNELS")]
-    pub cpu_kernels: Option<String>,
+    /// CPU kernels: auto is the best this CPU runs, detected at start.
+    #[arg(long, env = "KILN_CPU_KERNELS", value_enum)]
+    pub cpu_kernels: Option<super::CpuKernels>,
     /// vLLM's KV-cache events, as its JSON, e.g. '{"enable_kv_cache_events": true,
     /// "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv@pod@model"}'.
     #[arg(long, env = "KILN_KV_EVENTS_CONFIG")]
@@ -240,7 +240,9 @@ impl ServeArgs {
         set(&mut c.model.cache_dir, &self.cache_dir);
         set(&mut c.model.chat_template, &self.chat_template);
         c.model.enable_auto_tool_choice |= self.enable_auto_tool_choice;
-        set(&mut c.model.tool_call_parser, &self.tool_call_parser);
+        if self.tool_call_parser.is_some() {
+            c.model.tool_call_parser = self.tool_call_parser;
+        }
         if self.dequantize_weights {
             c.model.dequantize_weights = true;
         }

@@ -2,6 +2,7 @@
 //! environment (`KILN_…`) < command-line flags; clap merges the last two.
 
 mod bytes;
+mod choices;
 pub mod cli;
 pub mod kv_events;
 pub mod scheduler;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use bytes::parse_bytes;
+pub use choices::{CpuKernels, PreemptionMode, ToolCallParser};
 pub use kv_events::KvEventsConfig;
 pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
@@ -87,8 +89,10 @@ pub struct ModelConfig {
     pub chat_template: String,
     /// `tool_choice: auto` is served (vLLM's `--enable-auto-tool-choice`); needs a parser.
     pub enable_auto_tool_choice: bool,
-    /// How `auto` tool calls are read from the text (vLLM's `--tool-call-parser`): `hermes`.
-    pub tool_call_parser: String,
+    /// How `auto` tool calls are read from the text (vLLM's `--tool-call-parser`); the
+    /// file's empty string is none.
+    #[serde(deserialize_with = "choices::empty_as_none")]
+    pub tool_call_parser: Option<ToolCallParser>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -120,21 +124,8 @@ pub struct EngineConfig {
     /// Seconds one step may run before the engine is declared hung and kiln exits non-zero;
     /// 0: no deadline.
     pub step_timeout_s: f64,
-    /// CPU kernel instruction set: "auto" (the best this CPU runs), "avx512", "avx2" or
-    /// "portable".
-    pub cpu_kernels: String,
-}
-
-/// What preemption does with a request's KV blocks (`engine.preemption_mode`,
-/// `--preemption-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum PreemptionMode {
-    /// Free them; the request's tokens are recomputed when it runs again.
-    #[default]
-    Recompute,
-    /// Copy them to the host pool and back (recompute when the pool is full).
-    Swap,
+    /// CPU kernel instruction set (the best this CPU runs by default).
+    pub cpu_kernels: CpuKernels,
 }
 
 /// What one request may ask for, so that no body fans out or costs without bound.
@@ -228,7 +219,7 @@ impl Default for EngineConfig {
             async_scheduling: true,
             max_engine_restarts: 3,
             step_timeout_s: 300.0,
-            cpu_kernels: "auto".into(),
+            cpu_kernels: CpuKernels::Auto,
         }
     }
 }
@@ -280,9 +271,6 @@ pub enum ConfigError {
     Invalid { key: &'static str, message: String },
 }
 
-/// The `--tool-call-parser` names kiln knows (the api reads each of them).
-pub const TOOL_CALL_PARSERS: &[&str] = &["hermes"];
-
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key,
@@ -312,14 +300,7 @@ impl Config {
         format!("{}:{}", self.server.host, self.server.port)
             .parse::<SocketAddr>()
             .map_err(|err| invalid("server.host", err.to_string()))?;
-        if !self.model.tool_call_parser.is_empty() && !TOOL_CALL_PARSERS.contains(&self.model.tool_call_parser.as_str())
-        {
-            return Err(invalid(
-                "model.tool_call_parser",
-                format!("must be one of {}", TOOL_CALL_PARSERS.join(", ")),
-            ));
-        }
-        if self.model.enable_auto_tool_choice && self.model.tool_call_parser.is_empty() {
+        if self.model.enable_auto_tool_choice && self.model.tool_call_parser.is_none() {
             return Err(invalid(
                 "model.enable_auto_tool_choice",
                 "needs model.tool_call_parser (--tool-call-parser)",
@@ -356,7 +337,9 @@ impl Config {
         if !(e.swap_space_gib >= 0.0 && e.swap_space_gib.is_finite()) {
             return Err(invalid("engine.swap_space_gib", "must be a number of GiB, 0 or more"));
         }
-        crate::kernels::KernelPath::choose(&e.cpu_kernels).map_err(|m| invalid("engine.cpu_kernels", m))?;
+        e.cpu_kernels
+            .path()
+            .map_err(|m| invalid("engine.cpu_kernels", format!("{m} (--cpu-kernels)")))?;
         if e.max_waiting == 0 {
             return Err(invalid("engine.max_waiting", "must be at least 1"));
         }

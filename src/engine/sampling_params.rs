@@ -26,9 +26,9 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Multiplicative (CTRL-style) penalty, `> 0`; 1 disables it.
     pub repetition_penalty: f32,
-    /// Upper bound on generated tokens. `u32::MAX` means "up to the context
-    /// length": the server clamps it to `max_model_len - prompt_len`.
-    pub max_tokens: u32,
+    /// Upper bound on generated tokens; `None`: up to the context length (the API fits it
+    /// to `max_model_len - prompt_len` before the engine sees it).
+    pub max_tokens: Option<u32>,
     /// Stop strings; none is empty.
     pub stop: Vec<String>,
     /// Extra token ids that end generation (in addition to EOS).
@@ -76,7 +76,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
-            max_tokens: 16,
+            max_tokens: Some(16),
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,
@@ -97,6 +97,11 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// True when sampling reduces to argmax, so the sampler can skip the
     /// softmax/sort and every one of the `n` choices is identical.
+    /// The most tokens this request may generate by its own bound (the context bounds it too).
+    pub fn token_budget(&self) -> usize {
+        self.max_tokens.map_or(usize::MAX, |m| m as usize)
+    }
+
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0 || self.top_k == Some(1)
     }
@@ -134,7 +139,7 @@ mod tests {
         assert_eq!(p.top_p, 1.0);
         assert_eq!(p.min_p, 0.0);
         assert_eq!(p.repetition_penalty, 1.0);
-        assert_eq!(p.max_tokens, 16);
+        assert_eq!(p.max_tokens, Some(16));
         assert_eq!(p.n, 1);
         assert!(!p.is_greedy());
     }

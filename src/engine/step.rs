@@ -109,7 +109,8 @@ pub enum ExecutorError {
 }
 
 /// Where in a step the executor thread is: the points where the fake executor injects
-/// panics, to show that each is survived.
+/// panics, to show that each is survived (test builds only).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StepStage {
     /// Filling in the placeholders of a step scheduled ahead.

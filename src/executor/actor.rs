@@ -15,7 +15,9 @@ use actix::{Actor, Addr, Handler, SyncArbiter, SyncContext};
 use super::Executor;
 use super::previous_samples::PreviousSamples;
 use crate::engine::health::EngineHealth;
-use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput, StepStage};
+#[cfg(any(test, feature = "testing"))]
+use crate::engine::step::StepStage;
+use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput};
 
 /// How the executor thread is supervised.
 #[derive(Debug, Clone)]
@@ -85,13 +87,16 @@ impl<E: Executor> ExecutorActor<E> {
     fn run_step(&mut self, msg: &ExecuteBatch) -> Result<ModelOutput, ExecutorError> {
         let start = Instant::now();
         let idle = self.last_step_end.map(|end| start.duration_since(end));
+        #[cfg(any(test, feature = "testing"))]
         self.executor.checkpoint(StepStage::BeforeExecute, &msg.batch);
         let resolved = self.previous_samples.resolve(&msg.batch);
         // Those samples served this step only; a failed step leaves none behind.
         self.previous_samples.clear();
         let batch: Arc<SchedulerOutput> = resolved?;
+        #[cfg(any(test, feature = "testing"))]
         self.executor.checkpoint(StepStage::Execute, &batch);
         let mut output = self.executor.execute(&batch)?;
+        #[cfg(any(test, feature = "testing"))]
         self.executor.checkpoint(StepStage::AfterExecute, &batch);
         self.previous_samples.record(&batch, &output);
         output.step_seconds = start.elapsed().as_secs_f64();

@@ -14,7 +14,9 @@ pub mod sampler;
 
 pub use actor::{ExecutorActor, start_executor};
 
-use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput, StepStage};
+#[cfg(any(test, feature = "testing"))]
+use crate::engine::step::StepStage;
+use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 
 /// Something that can run a step: the burn model, or a fake in tests.
 pub trait Executor: Send + Unpin + 'static {
@@ -23,6 +25,7 @@ pub trait Executor: Send + Unpin + 'static {
     /// dropping the old cache before allocating the new one.
     fn reset(&mut self);
     /// Called by the executor actor as a step reaches `stage`: a fault-injection point for
-    /// the fake executor; the real one does nothing.
+    /// the fake executor, built only for tests (the server's executors have no such hook).
+    #[cfg(any(test, feature = "testing"))]
     fn checkpoint(&mut self, _stage: StepStage, _batch: &SchedulerOutput) {}
 }

@@ -6,9 +6,11 @@ use rand::rngs::StdRng;
 use super::Executor;
 use super::grammar_states::GrammarStates;
 use super::host_pool::HostKvPool;
-use super::prompt_logprobs::{chunk_prompt_logprobs, logit_rows, wants_prompt_logprobs};
+use super::prompt_logprobs::{
+    MAX_PROMPT_LOGPROB_ROWS, Pass, chunk_prompt_logprobs, logit_rows, prompt_logprob_passes, wants_prompt_logprobs,
+};
 use super::sampler::{SamplingContext, apply_token_mask, sample, token_rng};
-use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
+use crate::engine::step::{ExecutorError, ModelOutput, ScheduledSequence, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
 use crate::model::Backend;
 use crate::model::transformer::{Model, SequenceBatch};
@@ -57,11 +59,19 @@ impl ModelRunner {
 
     /// Logits of every sampled sequence, row-major `[rows, vocab]` (for tests and parity).
     pub fn logits(&mut self, batch: &SchedulerOutput) -> Vec<f32> {
-        // Swap-outs first: their device blocks may be reused by this very step.
+        self.swap(batch);
+        self.forward(&batch.sequences)
+    }
+
+    /// Swap-outs first: their device blocks may be reused by this very step.
+    fn swap(&mut self, batch: &SchedulerOutput) {
         self.host.swap_out(&self.cache, &batch.swap_out);
         self.host.swap_in(&mut self.cache, &batch.swap_in);
-        let seqs: Vec<SequenceBatch> = batch
-            .sequences
+    }
+
+    /// One forward pass over `sequences`: the logits rows each asks for, row-major.
+    fn forward(&mut self, sequences: &[ScheduledSequence]) -> Vec<f32> {
+        let seqs: Vec<SequenceBatch> = sequences
             .iter()
             .map(|s| SequenceBatch {
                 token_ids: s.token_ids.clone(),
@@ -85,9 +95,39 @@ impl ModelRunner {
 
 impl Executor for ModelRunner {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+        self.swap(batch);
+        self.grammars.begin_step();
+        let output = match prompt_logprob_passes(&batch.sequences, MAX_PROMPT_LOGPROB_ROWS) {
+            None => self.run_pass(&batch.sequences),
+            Some(passes) => self.run_passes(batch.sequences.len(), passes),
+        };
+        self.grammars.end_step();
+        output
+    }
+
+    fn reset(&mut self) {
+        let geometry = self.cache.geometry();
+        // The old cache goes first (a layerless cache holds no tensors), so a restart never
+        // needs the memory of two caches.
+        self.cache = PagedKvCache::new(
+            CacheGeometry {
+                num_layers: 0,
+                ..geometry
+            },
+            &self.model.device,
+        );
+        self.host.clear();
+        self.grammars.clear();
+        self.cache = PagedKvCache::new(geometry, &self.model.device);
+    }
+}
+
+impl ModelRunner {
+    /// One forward pass and what its rows come to: samples, prompt logprobs, grammar stats.
+    fn run_pass(&mut self, sequences: &[ScheduledSequence]) -> Result<ModelOutput, ExecutorError> {
         let vocab = self.model.config.vocab_size;
-        let mut logits = self.logits(batch);
-        let wanted: usize = batch.sequences.iter().map(logit_rows).sum();
+        let mut logits = self.forward(sequences);
+        let wanted: usize = sequences.iter().map(logit_rows).sum();
         if logits.len() != wanted * vocab {
             return Err(ExecutorError::Failed(format!(
                 "expected {wanted} rows of logits, got {} values",
@@ -103,9 +143,7 @@ impl Executor for ModelRunner {
         let mut prompt_logprobs = Vec::new();
         let mut grammar_mask_seconds = Vec::new();
         let mut grammar_failures = Vec::new();
-        self.grammars.begin_step();
-        let sampled = batch
-            .sequences
+        let sampled = sequences
             .iter()
             .map(|s| {
                 let (rows, after) = std::mem::take(&mut rest).split_at_mut(logit_rows(s) * vocab);
@@ -138,7 +176,6 @@ impl Executor for ModelRunner {
                 Some(token)
             })
             .collect();
-        self.grammars.end_step();
         Ok(ModelOutput {
             sampled,
             grammar_mask_seconds,
@@ -148,19 +185,25 @@ impl Executor for ModelRunner {
         })
     }
 
-    fn reset(&mut self) {
-        let geometry = self.cache.geometry();
-        // The old cache goes first (a layerless cache holds no tensors), so a restart never
-        // needs the memory of two caches.
-        self.cache = PagedKvCache::new(
-            CacheGeometry {
-                num_layers: 0,
-                ..geometry
-            },
-            &self.model.device,
-        );
-        self.host.clear();
-        self.grammars.clear();
-        self.cache = PagedKvCache::new(geometry, &self.model.device);
+    /// A step split into passes (see [`prompt_logprob_passes`]): each sequence's sample comes
+    /// from the pass that ran the end of its chunk.
+    fn run_passes(&mut self, num_sequences: usize, passes: Vec<Pass>) -> Result<ModelOutput, ExecutorError> {
+        let mut output = ModelOutput {
+            sampled: vec![None; num_sequences],
+            ..ModelOutput::default()
+        };
+        for pass in passes {
+            let (indices, sequences): (Vec<usize>, Vec<ScheduledSequence>) = pass.into_iter().unzip();
+            let ran = self.run_pass(&sequences)?;
+            for ((index, seq), sampled) in indices.into_iter().zip(&sequences).zip(ran.sampled) {
+                if seq.sample {
+                    output.sampled[index] = sampled;
+                }
+            }
+            output.grammar_mask_seconds.extend(ran.grammar_mask_seconds);
+            output.prompt_logprobs.extend(ran.prompt_logprobs);
+            output.grammar_failures.extend(ran.grammar_failures);
+        }
+        Ok(output)
     }
 }

@@ -1,5 +1,11 @@
 //! vLLM's `prompt_logprobs`: the log-probability of each prompt token given the ones before
 //! it, read from the logits of every position of a prompt chunk.
+//!
+//! Those logits are `[rows, vocabulary]` floats: a 2048-token chunk at a 128k vocabulary
+//! is 1 GiB. So a step whose prompt-logprob rows exceed [`MAX_PROMPT_LOGPROB_ROWS`] runs as
+//! several forward passes over consecutive pieces of those chunks (each piece's KV entries
+//! written before the next reads them, as chunked prefill does), reducing each pass's rows
+//! to logprobs and top tokens before the next pass's logits exist.
 
 use super::sampler::{log_sum_exp, top_indices};
 use crate::engine::events::{PromptLogprobs, PromptTokenLogprob};
@@ -38,6 +44,66 @@ pub fn chunk_prompt_logprobs(logits: &[f32], vocab: usize, seq: &ScheduledSequen
     PromptLogprobs {
         first_position: seq.start_position + 1,
         positions,
+    }
+}
+
+/// Most prompt-logprob logits rows one forward pass materialises.
+pub const MAX_PROMPT_LOGPROB_ROWS: usize = 256;
+
+/// One forward pass of a split step: sequences (pieces of the step's) and, for each, its
+/// index in the step.
+pub type Pass = Vec<(usize, ScheduledSequence)>;
+
+/// `None` when the step's prompt-logprob rows fit one pass; else the passes: the first runs
+/// every other sequence and the first piece of each prompt-logprob chunk, later ones the
+/// following pieces, each pass at most `max_rows` prompt-logprob rows (at least one piece).
+/// A piece samples only when it ends a chunk that samples.
+pub fn prompt_logprob_passes(sequences: &[ScheduledSequence], max_rows: usize) -> Option<Vec<Pass>> {
+    let rows: usize = sequences
+        .iter()
+        .filter(|s| wants_prompt_logprobs(s))
+        .map(|s| s.token_ids.len())
+        .sum();
+    if rows <= max_rows {
+        return None;
+    }
+    let mut done = vec![0usize; sequences.len()];
+    let mut passes = Vec::new();
+    loop {
+        let mut pass = Pass::new();
+        let mut budget = max_rows;
+        for (i, seq) in sequences.iter().enumerate() {
+            if !wants_prompt_logprobs(seq) {
+                if passes.is_empty() {
+                    pass.push((i, seq.clone()));
+                }
+                continue;
+            }
+            let left = seq.token_ids.len() - done[i];
+            if left == 0 || (budget == 0 && !pass.is_empty()) {
+                continue;
+            }
+            let take = left.min(budget.max(1));
+            budget = budget.saturating_sub(take);
+            pass.push((i, piece(seq, done[i], take)));
+            done[i] += take;
+        }
+        if pass.is_empty() {
+            return Some(passes);
+        }
+        passes.push(pass);
+    }
+}
+
+/// `take` tokens of `seq`'s chunk from `from`, as a sequence of their own.
+fn piece(seq: &ScheduledSequence, from: usize, take: usize) -> ScheduledSequence {
+    let last = from + take == seq.token_ids.len();
+    ScheduledSequence {
+        token_ids: seq.token_ids[from..from + take].to_vec(),
+        start_position: seq.start_position + from,
+        last_token_pending: seq.last_token_pending && last,
+        sample: seq.sample && last,
+        ..seq.clone()
     }
 }
 
@@ -100,6 +166,42 @@ mod tests {
         assert!((p.logprob - (2.0 - norm)).abs() < 1e-6);
         assert_eq!(p.top.len(), 1);
         assert_eq!(p.top[0].0, 2);
+    }
+
+    #[test]
+    fn a_long_prompt_logprob_chunk_runs_in_passes_of_bounded_rows() {
+        let prompt: Vec<u32> = (0..40).collect();
+        let mut long = sequence(0, prompt.clone(), prompt.clone());
+        long.sample = true;
+        let mut other = sequence(5, vec![7], vec![1, 2, 3, 4, 5, 6]);
+        other.params = Arc::new(SamplingParams::default());
+        other.sample = true;
+        let second = sequence(10, prompt[10..40].to_vec(), prompt);
+        let step = [long, other, second];
+        assert!(prompt_logprob_passes(&step, 70).is_none(), "70 rows fit one pass");
+        let passes = prompt_logprob_passes(&step, 16).expect("split");
+        let mut covered = [Vec::new(), Vec::new(), Vec::new()];
+        for (p, pass) in passes.iter().enumerate() {
+            let rows: usize = pass
+                .iter()
+                .filter(|(_, s)| wants_prompt_logprobs(s))
+                .map(|(_, s)| s.token_ids.len())
+                .sum();
+            assert!(rows <= 16, "pass {p}: {rows} rows");
+            for (i, s) in pass {
+                covered[*i].extend(s.start_position..s.start_position + s.token_ids.len());
+                assert_eq!(
+                    s.token_ids[0],
+                    step[*i].token_ids[s.start_position - step[*i].start_position]
+                );
+                let ends = s.start_position + s.token_ids.len() == step[*i].start_position + step[*i].token_ids.len();
+                assert_eq!(s.sample, step[*i].sample && ends, "only a chunk's last piece samples");
+            }
+        }
+        assert_eq!(covered[0], (0..40).collect::<Vec<_>>(), "every position once, in order");
+        assert_eq!(covered[1], vec![5], "the other sequence runs once, in the first pass");
+        assert_eq!(covered[2], (10..40).collect::<Vec<_>>());
+        assert!(passes[0].iter().any(|(i, _)| *i == 1));
     }
 
     #[test]

@@ -215,12 +215,20 @@ struct GroupArgs<'a> {
     kv_head: usize,
 }
 
+/// [`attend_group`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F (the caller checks the active kernel path).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn attend_group_avx512(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
     attend_group(args, scores, out, stats)
 }
 
+/// [`attend_group`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA (the caller checks the active kernel path).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn attend_group_avx2(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {

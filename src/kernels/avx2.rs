@@ -4,8 +4,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::matmul::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+use super::tiling::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
 ///
@@ -34,8 +34,10 @@ pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
         unsafe {
             let block = row * bpr + b;
             let values = match w.format {
-                BlockFormat::Nibbles => nibbles(w, block),
-                BlockFormat::Bytes => bytes(w, block),
+                BlockFormat::Nibbles => block_vectors::<NIBBLES>(w, block),
+                BlockFormat::Bytes => block_vectors::<BYTES>(w, block),
+                BlockFormat::HalfScaledBytes => block_vectors::<HALF_SCALED_BYTES>(w, block),
+                BlockFormat::OffsetBytes => block_vectors::<OFFSET_BYTES>(w, block),
             };
             let dst = out.as_mut_ptr().add(b * BLOCK);
             for (i, v) in values.into_iter().enumerate() {
@@ -49,29 +51,33 @@ macro_rules! tiles {
     ($w:ident, $r:ident, $x:ident, $t0:ident, $n:ident, $o:ident; $($len:literal)*) => {
         match ($w.format, $n) {
             $(
-                (BlockFormat::Nibbles, $len) => tile::<$len, true>($w, $r, $x, $t0, $o),
-                (BlockFormat::Bytes, $len) => tile::<$len, false>($w, $r, $x, $t0, $o),
+                (BlockFormat::Nibbles, $len) => tile::<$len, NIBBLES>($w, $r, $x, $t0, $o),
+                (BlockFormat::Bytes, $len) => tile::<$len, BYTES>($w, $r, $x, $t0, $o),
+                (BlockFormat::HalfScaledBytes, $len) => tile::<$len, HALF_SCALED_BYTES>($w, $r, $x, $t0, $o),
+                (BlockFormat::OffsetBytes, $len) => tile::<$len, OFFSET_BYTES>($w, $r, $x, $t0, $o),
             )*
             _ => unreachable!("token tiles hold 1 to 8 tokens"),
         }
     };
 }
 
+/// [`tile`] for a tile of `n` tokens.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `n` is 1 to 8 and the arguments meet [`tile`]'s bounds.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
     // SAFETY: forwarded from the caller.
     unsafe { tiles!(w, r, x, t0, n, o; 1 2 3 4 5 6 7 8) }
 }
 
-/// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+/// `out[t] = x[t0 + t] · W[row]` for `t < N`, `W` in the format coded `FORMAT`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `row` is a row of `w`, `x` holds tokens `t0 .. t0 + N` of
+/// `w.cols` values each, and `out` holds at least `N` values.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile<const N: usize, const NIBBLES: bool>(
-    w: &PackedMatrix,
-    row: usize,
-    x: &[f32],
-    t0: usize,
-    out: &mut [f32],
-) {
+unsafe fn tile<const N: usize, const FORMAT: u8>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
     let cols = w.cols;
     // SAFETY: `rows_kernel` checked that rows, blocks and tokens are in bounds.
@@ -83,7 +89,7 @@ unsafe fn tile<const N: usize, const NIBBLES: bool>(
         let xp = x.as_ptr().add(t0 * cols);
         for b in 0..bpr {
             let block = row * bpr + b;
-            let wv = if NIBBLES { nibbles(w, block) } else { bytes(w, block) };
+            let wv = block_vectors::<FORMAT>(w, block);
             for (t, acc) in acc.iter_mut().enumerate() {
                 let p = xp.add(t * cols + b * BLOCK);
                 acc[0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(p), acc[0]);
@@ -99,6 +105,9 @@ unsafe fn tile<const N: usize, const NIBBLES: bool>(
 }
 
 /// A 4-bit block as four vectors of eight: `q * scale + min`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
@@ -119,21 +128,63 @@ unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
     }
 }
 
-/// An 8-bit block as four vectors of eight: `q * scale`.
+/// [`BlockFormat`]s as const-generic codes, so each tile is compiled for one format.
+const NIBBLES: u8 = 0;
+const BYTES: u8 = 1;
+const HALF_SCALED_BYTES: u8 = 2;
+const OFFSET_BYTES: u8 = 3;
+
+/// A block in the format coded `FORMAT` as four vectors of eight.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn bytes(w: &PackedMatrix, block: usize) -> [__m256; 4] {
+unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__m256; 4] {
     // SAFETY: the caller bounds `block`.
     unsafe {
-        let scale = _mm256_set1_ps(*w.scales.get_unchecked(block));
+        let scale_at = |i: usize| _mm256_set1_ps(*w.scales.get_unchecked(i));
+        match FORMAT {
+            NIBBLES => nibbles(w, block),
+            BYTES => {
+                let scale = scale_at(block);
+                byte_vectors(w, block).map(|q| _mm256_mul_ps(q, scale))
+            }
+            HALF_SCALED_BYTES => {
+                let [a, b, c, d] = byte_vectors(w, block);
+                let (low, high) = (scale_at(2 * block), scale_at(2 * block + 1));
+                [
+                    _mm256_mul_ps(a, low),
+                    _mm256_mul_ps(b, low),
+                    _mm256_mul_ps(c, high),
+                    _mm256_mul_ps(d, high),
+                ]
+            }
+            _ => {
+                let (scale, min) = (scale_at(block), _mm256_set1_ps(*w.mins.get_unchecked(block)));
+                byte_vectors(w, block).map(|q| _mm256_fmadd_ps(q, scale, min))
+            }
+        }
+    }
+}
+
+/// A byte block's 32 signed values as four vectors of eight, unscaled.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn byte_vectors(w: &PackedMatrix, block: usize) -> [__m256; 4] {
+    // SAFETY: the caller bounds `block`.
+    unsafe {
         let q = _mm256_loadu_si256(w.quants.as_ptr().add(block * BLOCK).cast());
         let low = _mm256_castsi256_si128(q);
         let high = _mm256_extracti128_si256(q, 1);
         [
-            widen_signed(low, scale),
-            widen_signed(_mm_srli_si128(low, 8), scale),
-            widen_signed(high, scale),
-            widen_signed(_mm_srli_si128(high, 8), scale),
+            widen_signed(low),
+            widen_signed(_mm_srli_si128(low, 8)),
+            widen_signed(high),
+            widen_signed(_mm_srli_si128(high, 8)),
         ]
     }
 }
@@ -145,11 +196,11 @@ fn widen_unsigned(v: __m128i, scale: __m256, min: __m256) -> __m256 {
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), scale, min)
 }
 
-/// The low eight signed bytes of `v` as `q * scale`.
+/// The low eight signed bytes of `v` as f32.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn widen_signed(v: __m128i, scale: __m256) -> __m256 {
-    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), scale)
+fn widen_signed(v: __m128i) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
 }
 
 #[inline]

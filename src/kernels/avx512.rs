@@ -5,8 +5,8 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::matmul::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+use super::tiling::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
 ///
@@ -56,6 +56,10 @@ macro_rules! tiles {
     };
 }
 
+/// [`tile`] for a tile of `n` tokens.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `n` is 1 to 8 and the arguments meet [`tile`]'s bounds.
 #[target_feature(enable = "avx512f")]
 unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usize, o: &mut [f32]) {
     // SAFETY: forwarded from the caller.
@@ -63,6 +67,10 @@ unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usi
 }
 
 /// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `row` is a row of `w`, `x` holds tokens `t0 .. t0 + N` of
+/// `w.cols` values each, and `out` holds at least `N` values.
 #[target_feature(enable = "avx512f")]
 unsafe fn tile<const N: usize>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
@@ -127,12 +135,16 @@ unsafe fn one_token_rows(w: &PackedMatrix, x: &[f32], rows: Range<usize>, out: &
 }
 
 /// A block's 32 values as two vectors of sixteen.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
     // SAFETY: the caller bounds `block`.
     unsafe {
-        let scale = _mm512_set1_ps(*w.scales.get_unchecked(block));
+        let scale_at = |i: usize| _mm512_set1_ps(*w.scales.get_unchecked(i));
+        let min = || _mm512_set1_ps(*w.mins.get_unchecked(block));
         match w.format {
             BlockFormat::Nibbles => {
                 // `q * scale + min`: low nibbles are elements 0..16, high nibbles 16..32. The
@@ -141,8 +153,7 @@ unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
                 // low four bits, so the low half needs no mask. Three shuffle-port operations
                 // and one FMA a block, where masking, widening and converting each half took
                 // nine; the values are the same FMA's, bit for bit.
-                let min = _mm512_set1_ps(*w.mins.get_unchecked(block));
-                let table = _mm512_fmadd_ps(nibble_values(), scale, min);
+                let table = _mm512_fmadd_ps(nibble_values(), scale_at(block), min());
                 let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(w.quants.as_ptr().add(block * (BLOCK / 2)).cast()));
                 let low = _mm512_permutexvar_ps(bytes, table);
                 let high = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
@@ -150,12 +161,42 @@ unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
             }
             BlockFormat::Bytes => {
                 // `q * scale`, signed bytes.
-                let p = w.quants.as_ptr().add(block * BLOCK);
-                let low = _mm_loadu_si128(p.cast());
-                let high = _mm_loadu_si128(p.add(16).cast());
-                [widen_signed(low, scale), widen_signed(high, scale)]
+                let [low, high] = byte_halves(w, block);
+                let scale = scale_at(block);
+                [_mm512_mul_ps(low, scale), _mm512_mul_ps(high, scale)]
+            }
+            BlockFormat::HalfScaledBytes => {
+                // `q * scale[half]` (Q6_K).
+                let [low, high] = byte_halves(w, block);
+                [
+                    _mm512_mul_ps(low, scale_at(2 * block)),
+                    _mm512_mul_ps(high, scale_at(2 * block + 1)),
+                ]
+            }
+            BlockFormat::OffsetBytes => {
+                // `q * scale + min` (Q5_K).
+                let [low, high] = byte_halves(w, block);
+                let (scale, min) = (scale_at(block), min());
+                [_mm512_fmadd_ps(low, scale, min), _mm512_fmadd_ps(high, scale, min)]
             }
         }
+    }
+}
+
+/// A byte block's 32 signed values as two vectors of sixteen, unscaled.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and `block` is a block of `w`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn byte_halves(w: &PackedMatrix, block: usize) -> [__m512; 2] {
+    // SAFETY: the caller bounds `block`.
+    unsafe {
+        let p = w.quants.as_ptr().add(block * BLOCK);
+        [
+            widen_signed(_mm_loadu_si128(p.cast())),
+            widen_signed(_mm_loadu_si128(p.add(16).cast())),
+        ]
     }
 }
 
@@ -168,9 +209,9 @@ fn nibble_values() -> __m512 {
     )
 }
 
-/// Sixteen signed bytes as `q * scale`.
+/// Sixteen signed bytes as f32.
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn widen_signed(v: __m128i, scale: __m512) -> __m512 {
-    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)), scale)
+fn widen_signed(v: __m128i) -> __m512 {
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
 }

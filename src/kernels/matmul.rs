@@ -14,11 +14,8 @@ use rayon::prelude::*;
 use super::dispatch::{KernelPath, active};
 use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
+use super::tiling::ROW_PANEL;
 
-/// Tokens that share one widened weight block (eight AVX2 accumulators).
-pub const TOKEN_TILE: usize = 8;
-/// Output rows per unit of parallel work (a panel stays in L1/L2 across token tiles).
-const ROW_PANEL: usize = 16;
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
 pub const GEMM_MIN_TOKENS: usize = 16;
@@ -175,56 +172,11 @@ pub fn portable_rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Ra
     }
 }
 
-/// The preconditions of the SIMD row kernels, which read without bounds checks: `x` holds
-/// `tokens` rows, `out` holds `rows × tokens`, and every block of `rows` exists.
-pub(super) fn assert_row_kernel_bounds(x: &[f32], tokens: usize, w: &PackedMatrix, rows: &Range<usize>, out: &[f32]) {
-    assert!(x.len() >= tokens * w.cols && out.len() >= rows.len() * tokens && rows.end <= w.rows);
-    assert_blocks_exist(w);
-}
-
-/// Every block of `w` has its scale, quants and (for nibbles) min.
-pub(super) fn assert_blocks_exist(w: &PackedMatrix) {
-    let bpr = w.blocks_per_row();
-    assert!(w.scales.len() >= w.rows * bpr && w.quants.len() >= w.rows * bpr * w.format.quant_bytes());
-    assert!(w.format == super::packed::BlockFormat::Bytes || w.mins.len() >= w.rows * bpr);
-}
-
-/// Walks `rows` in panels and `tokens` in tiles, handing each (row, first token, tile
-/// length) its slice of `out` (`[rows.len(), tokens]`): the loop the SIMD kernels share.
-#[inline(always)]
-pub(super) fn for_each_tile(
-    tokens: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-    mut tile: impl FnMut(usize, usize, usize, &mut [f32]),
-) {
-    let base = rows.start;
-    for panel in row_panels(rows) {
-        for (t0, n) in token_tiles(tokens) {
-            for r in panel.clone() {
-                tile(r, t0, n, &mut out[(r - base) * tokens + t0..][..n]);
-            }
-        }
-    }
-}
-
-/// Splits `tokens` into tiles of at most [`TOKEN_TILE`]: `(first token, length)`.
-pub(super) fn token_tiles(tokens: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..tokens)
-        .step_by(TOKEN_TILE)
-        .map(move |t0| (t0, TOKEN_TILE.min(tokens - t0)))
-}
-
-/// Rows of `rows` in panels of [`ROW_PANEL`].
-pub(super) fn row_panels(rows: Range<usize>) -> impl Iterator<Item = Range<usize>> {
-    let end = rows.end;
-    rows.step_by(ROW_PANEL).map(move |r0| r0..(r0 + ROW_PANEL).min(end))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::GgmlType;
+    use crate::kernels::test_blocks::small_scale_blocks;
     use crate::model::gguf::quantize;
 
     fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
@@ -325,12 +277,66 @@ mod tests {
         }
     }
 
+    /// The repacked formats (Q4_K and Q5_K with mins, Q6_K with a scale per half, Q5_0 and
+    /// IQ4_XS as bytes) on random blocks: every kernel path this CPU runs, at decode and GEMM
+    /// token counts, against the f64 sum over the widened weights. The tolerance is 1e-5 of
+    /// the sum of |products|: f32 summation-order error over 512 columns is below 512 ulps of
+    /// that sum (3e-5 worst case, ~1e-6 in practice), and an indexing or scale error moves a
+    /// result by a whole product (~1e-2 of the sum here).
     #[test]
-    fn tiles_and_panels_cover_every_index_once() {
-        let tiles: Vec<_> = token_tiles(19).collect();
-        assert_eq!(tiles, vec![(0, 8), (8, 8), (16, 3)]);
-        let panels: Vec<_> = row_panels(5..40).collect();
-        assert_eq!(panels, vec![5..21, 21..37, 37..40]);
+    fn repacked_formats_match_the_widened_reference_on_every_path() {
+        let (rows, cols) = (37, 512);
+        let ran: Vec<_> = KernelPath::ALL.into_iter().filter(|p| p.available()).collect();
+        println!(
+            "kernel paths run: {:?}",
+            ran.iter().map(|p| p.name()).collect::<Vec<_>>()
+        );
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q5_0,
+            GgmlType::IQ4_XS,
+        ] {
+            let per_block = ty.block_layout().0 as usize;
+            let bytes = small_scale_blocks(ty, rows * cols / per_block, 7);
+            let w = PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable");
+            let dense = w.dequantize();
+            for tokens in [1, 2, 5, 8, 9, GEMM_MIN_TOKENS, 33] {
+                let x = pseudo_random(tokens * cols, 200 + tokens as u64);
+                let want = reference(&x, tokens, &w);
+                let magnitude = |t: usize, r: usize| -> f64 {
+                    (0..cols)
+                        .map(|c| f64::from((x[t * cols + c] * dense[r * cols + c]).abs()))
+                        .sum()
+                };
+                let check = |label: &str, t: usize, r: usize, got: f32| {
+                    let (expected, bound) = (want[t * rows + r], 1e-5 * magnitude(t, r) + 1e-12);
+                    let error = (f64::from(got) - expected).abs();
+                    assert!(error <= bound, "{ty} {label} t{t} r{r}: {got} vs {expected} (±{bound})");
+                };
+                let got = matmul_packed(&x, tokens, &w);
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        check("matmul_packed", t, r, got[t * rows + r]);
+                    }
+                }
+                for &path in &ran {
+                    let mut out = vec![0.0; rows * tokens];
+                    rows_kernel_on(path, &x, tokens, &w, 0..rows, &mut out);
+                    for t in 0..tokens {
+                        for r in 0..rows {
+                            check(path.name(), t, r, out[r * tokens + t]);
+                        }
+                    }
+                }
+            }
+            for &path in &ran {
+                let mut row = vec![0.0; cols];
+                widen_row_on(path, &w, 5, &mut row);
+                assert_eq!(row, dense[5 * cols..6 * cols], "{ty} {path:?}: widening is exact");
+            }
+        }
     }
 
     #[test]

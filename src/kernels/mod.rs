@@ -16,6 +16,9 @@ pub mod matmul;
 pub mod packed;
 mod repack;
 mod strided_gemm;
+#[cfg(test)]
+mod test_blocks;
+mod tiling;
 
 pub use dispatch::KernelPath;
 pub use ggml_type::GgmlType;

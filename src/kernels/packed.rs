@@ -21,6 +21,11 @@ pub enum BlockFormat {
     Nibbles,
     /// 32 signed bytes; `x = q * scale` (Q8_0).
     Bytes,
+    /// 32 signed bytes whose halves (elements 0..16 and 16..32) have a scale each:
+    /// `x = q * scale[half]` (Q6_K, whose int6 values have a scale per 16).
+    HalfScaledBytes,
+    /// 32 signed bytes; `x = q * scale + min` (Q5_K's 5-bit values with a scale and min per 32).
+    OffsetBytes,
 }
 
 impl BlockFormat {
@@ -28,8 +33,21 @@ impl BlockFormat {
     pub const fn quant_bytes(self) -> usize {
         match self {
             BlockFormat::Nibbles => BLOCK / 2,
-            BlockFormat::Bytes => BLOCK,
+            BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => BLOCK,
         }
+    }
+
+    /// Scales per block in [`PackedMatrix::scales`].
+    pub const fn scales_per_block(self) -> usize {
+        match self {
+            BlockFormat::HalfScaledBytes => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether blocks have a min (one per block in [`PackedMatrix::mins`]).
+    pub const fn has_mins(self) -> bool {
+        matches!(self, BlockFormat::Nibbles | BlockFormat::OffsetBytes)
     }
 }
 
@@ -39,9 +57,9 @@ pub struct PackedMatrix {
     pub format: BlockFormat,
     pub rows: usize,
     pub cols: usize,
-    /// One per block, row-major: `[rows, cols / 32]`.
+    /// Row-major `[rows, cols / 32, format.scales_per_block()]`.
     pub scales: Vec<f32>,
-    /// Like `scales`; empty for [`BlockFormat::Bytes`].
+    /// One per block, `[rows, cols / 32]`; empty unless `format.has_mins()`.
     pub mins: Vec<f32>,
     /// `[rows, cols / 32, quant_bytes]`
     pub quants: Vec<u8>,
@@ -54,11 +72,13 @@ impl PackedMatrix {
     }
 
     /// The packed format `ty` runs in: its own (Q4_0, Q4_1, Q8_0) or a lossless repacking
-    /// (Q4_K, Q5_0, IQ4_NL, IQ4_XS; see `repack.rs`).
+    /// (Q4_K, Q5_0, Q5_K, Q6_K, IQ4_NL, IQ4_XS; see `repack.rs`).
     fn format_of(ty: GgmlType) -> Option<BlockFormat> {
         match ty {
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Some(BlockFormat::Nibbles),
             GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(BlockFormat::Bytes),
+            GgmlType::Q6_K => Some(BlockFormat::HalfScaledBytes),
+            GgmlType::Q5_K => Some(BlockFormat::OffsetBytes),
             _ => None,
         }
     }
@@ -77,8 +97,8 @@ impl PackedMatrix {
             format,
             rows,
             cols,
-            scales: Vec::with_capacity(blocks),
-            mins: Vec::with_capacity(if format == BlockFormat::Nibbles { blocks } else { 0 }),
+            scales: Vec::with_capacity(blocks * format.scales_per_block()),
+            mins: Vec::with_capacity(if format.has_mins() { blocks } else { 0 }),
             quants: Vec::with_capacity(blocks * format.quant_bytes()),
         };
         let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
@@ -118,7 +138,7 @@ impl PackedMatrix {
 
     /// Block `index` (row-major over `[rows, cols / 32]`) widened to f32.
     pub fn block_values(&self, index: usize) -> [f32; BLOCK] {
-        let scale = self.scales[index];
+        let scale = self.scales[index * self.format.scales_per_block()];
         let q = &self.quants[index * self.format.quant_bytes()..][..self.format.quant_bytes()];
         let mut out = [0.0; BLOCK];
         match self.format {
@@ -134,6 +154,18 @@ impl PackedMatrix {
                     *v = f32::from(byte as i8) * scale;
                 }
             }
+            BlockFormat::HalfScaledBytes => {
+                let high_scale = self.scales[2 * index + 1];
+                for (j, (v, &byte)) in out.iter_mut().zip(q).enumerate() {
+                    *v = f32::from(byte as i8) * if j < BLOCK / 2 { scale } else { high_scale };
+                }
+            }
+            BlockFormat::OffsetBytes => {
+                let min = self.mins[index];
+                for (v, &byte) in out.iter_mut().zip(q) {
+                    *v = f32::from(byte as i8).mul_add(scale, min);
+                }
+            }
         }
         out
     }
@@ -141,16 +173,16 @@ impl PackedMatrix {
     /// The rows in the order `order` names them (`order[i]` is the source of row `i`).
     pub fn reorder_rows(&self, order: &[usize]) -> PackedMatrix {
         let bpr = self.blocks_per_row();
-        let qpr = bpr * self.format.quant_bytes();
+        let (spr, qpr) = (bpr * self.format.scales_per_block(), bpr * self.format.quant_bytes());
         let mut out = PackedMatrix {
             rows: order.len(),
-            scales: Vec::with_capacity(order.len() * bpr),
+            scales: Vec::with_capacity(order.len() * spr),
             mins: Vec::with_capacity(self.mins.len().min(order.len() * bpr)),
             quants: Vec::with_capacity(order.len() * qpr),
             ..self.clone_shape()
         };
         for &src in order {
-            out.scales.extend_from_slice(&self.scales[src * bpr..][..bpr]);
+            out.scales.extend_from_slice(&self.scales[src * spr..][..spr]);
             if !self.mins.is_empty() {
                 out.mins.extend_from_slice(&self.mins[src * bpr..][..bpr]);
             }
@@ -197,6 +229,7 @@ impl PackedMatrix {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::test_blocks::random_blocks;
     use crate::model::gguf::{dequantize, quantize};
 
     fn sample(n: usize) -> Vec<f32> {
@@ -220,51 +253,35 @@ mod tests {
         }
     }
 
-    /// `n` blocks of `ty` of pseudo-random bytes whose f16 scales (at `halves`) are finite.
-    fn random_blocks(ty: GgmlType, n: usize, halves: &[usize]) -> Vec<u8> {
-        let bytes = ty.block_layout().1 as usize;
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut data: Vec<u8> = (0..n * bytes)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                (s >> 56) as u8
-            })
-            .collect();
-        for block in data.chunks_exact_mut(bytes) {
-            for &at in halves {
-                block[at + 1] &= 0xbf; // exponent below all-ones: finite
-            }
-        }
-        data
-    }
-
     #[test]
     fn repacked_types_keep_ggml_values() {
-        // Bytes repackings are bit-identical; Q4_K's fused `q * scale + min` may differ from
-        // ggml's separate multiply and subtract by one rounding of each term.
-        for (ty, halves, rows, cols) in [
-            (GgmlType::Q4_K, &[0, 2][..], 2, 512),
-            (GgmlType::Q5_0, &[0][..], 3, 64),
-            (GgmlType::IQ4_NL, &[0][..], 3, 64),
-            (GgmlType::IQ4_XS, &[0][..], 2, 256),
+        // Bytes repackings are bit-identical; Q4_K's and Q5_K's fused `q * scale + min` is
+        // allowed one rounding of each term against ggml's multiply and subtract (both terms
+        // are exact in f32, so they agree bit for bit in practice).
+        for (ty, rows, cols) in [
+            (GgmlType::Q4_K, 2, 512),
+            (GgmlType::Q5_0, 3, 64),
+            (GgmlType::IQ4_NL, 3, 64),
+            (GgmlType::IQ4_XS, 2, 256),
+            (GgmlType::Q5_K, 2, 512),
+            (GgmlType::Q6_K, 2, 512),
         ] {
             let per_block = ty.block_layout().0 as usize;
-            let bytes = random_blocks(ty, rows * cols / per_block, halves);
+            let bytes = random_blocks(ty, rows * cols / per_block, 0);
             let reference = dequantize(ty, &bytes, rows * cols).expect("dequantise");
             let packed = PackedMatrix::from_ggml(ty, &bytes, rows, cols).expect("packable");
             assert!(PackedMatrix::has_kernel(ty));
             for (i, (a, b)) in packed.dequantize().iter().zip(&reference).enumerate() {
                 let block = i / BLOCK;
-                let tolerance = match packed.format {
-                    BlockFormat::Nibbles => {
-                        2.0 * f32::EPSILON * (15.0 * packed.scales[block].abs() + packed.mins[block].abs())
-                    }
-                    BlockFormat::Bytes => 0.0,
+                let tolerance = if packed.format.has_mins() {
+                    2.0 * f32::EPSILON * (31.0 * packed.scales[block].abs() + packed.mins[block].abs())
+                } else {
+                    0.0
                 };
                 assert!((a - b).abs() <= tolerance, "{ty} element {i}: {a} vs {b}");
             }
         }
-        assert!(!PackedMatrix::has_kernel(GgmlType::Q6_K));
+        assert!(!PackedMatrix::has_kernel(GgmlType::Q3_K));
     }
 
     #[test]

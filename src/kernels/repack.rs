@@ -3,7 +3,14 @@
 //! - Q4_K: each 32-element sub-block is `x = (d * sc) * q - (dmin * m)` with 4-bit `q`:
 //!   [`BlockFormat::Nibbles`](super::BlockFormat::Nibbles) with an f32 scale and min;
 //! - Q5_0 (`q - 16` fits a signed byte), IQ4_NL and IQ4_XS (grid values are signed bytes):
-//!   [`BlockFormat::Bytes`](super::BlockFormat::Bytes) with an f32 scale.
+//!   [`BlockFormat::Bytes`](super::BlockFormat::Bytes) with an f32 scale;
+//! - Q6_K: `x = (d * sc) * (q - 32)` with int6 `q` and an 8-bit `sc` per 16 elements:
+//!   [`BlockFormat::HalfScaledBytes`](super::BlockFormat::HalfScaledBytes), `d * sc` per half;
+//! - Q5_K: Q4_K with 5-bit `q`: [`BlockFormat::OffsetBytes`](super::BlockFormat::OffsetBytes).
+//!
+//! Every scale is `d * sc` with an f16 `d` and an integer `sc` of at most 8 bits, so it is
+//! exact in f32, as is its product with a `q` of at most 6 bits: the packed values equal
+//! gguf-py's bit for bit (Q4_K/Q5_K: its `q * scale - dmin * m` rounds once, like an FMA).
 
 use half::f16;
 
@@ -51,6 +58,8 @@ pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut Blocks<'_>) -> b
             push_grid(&block[2..18], m);
         }
         GgmlType::IQ4_XS => iq4_xs(block, m),
+        GgmlType::Q5_K => q5_k(block, m),
+        GgmlType::Q6_K => q6_k(block, m),
         _ => return false,
     }
     true
@@ -97,4 +106,37 @@ fn iq4_xs(block: &[u8], m: &mut Blocks<'_>) {
         m.scales.push(d * f32::from((low | (high << 4)) as i8 - 32));
         push_grid(&qs[ib * 16..][..16], m);
     }
+}
+
+fn q5_k(block: &[u8], m: &mut Blocks<'_>) {
+    let (d, dmin) = (half(block), half(&block[2..]));
+    let (packed, qh, qs) = (&block[4..16], &block[16..48], &block[48..176]);
+    for j in 0..8 {
+        let (sc, min) = k4_scale_min(packed, j);
+        m.scales.push(d * f32::from(sc));
+        m.mins.push(-(dmin * f32::from(min)));
+        let low = &qs[(j / 2) * 32..][..32];
+        m.quants
+            .extend((0..BLOCK).map(|l| ((low[l] >> (4 * (j % 2))) & 0x0f) | (((qh[l] >> j) & 1) << 4)));
+    }
+}
+
+/// Q6_K's 256 values in ggml's order: two halves of 128, each from 64 bytes of low nibbles,
+/// 32 bytes of high bit pairs and 8 scales.
+fn q6_k(block: &[u8], m: &mut Blocks<'_>) {
+    let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
+    let d = half(&block[208..]);
+    let mut q = [0i8; 256];
+    for n in 0..2 {
+        let (ql, qh, q) = (&ql[64 * n..], &qh[32 * n..], &mut q[128 * n..]);
+        for l in 0..32 {
+            let high = |shift: u32| ((qh[l] >> shift) & 3) << 4;
+            q[l] = ((ql[l] & 0x0f) | high(0)) as i8 - 32;
+            q[l + 32] = ((ql[l + 32] & 0x0f) | high(2)) as i8 - 32;
+            q[l + 64] = ((ql[l] >> 4) | high(4)) as i8 - 32;
+            q[l + 96] = ((ql[l + 32] >> 4) | high(6)) as i8 - 32;
+        }
+    }
+    m.scales.extend(scales.iter().map(|&sc| d * f32::from(sc as i8)));
+    m.quants.extend(q.iter().map(|&v| v as u8));
 }

@@ -131,8 +131,6 @@ pub struct BlockManager {
     cpu_free: VecDeque<u32>,
     /// Swapped-out requests' host blocks, in block-table order.
     swapped: HashMap<RequestId, Vec<u32>>,
-    queried_tokens: u64,
-    hit_tokens: u64,
     /// Residency of sampled blocks (`--kv-cache-metrics`); `None` when off.
     residency: Option<BlockResidency>,
     /// Prefix-cache changes for KV-cache events; `None` unless `record_kv_events` was called.
@@ -163,8 +161,6 @@ impl BlockManager {
             num_cpu_blocks: cfg.num_cpu_blocks,
             cpu_free: (0..cfg.num_cpu_blocks as u32).collect(),
             swapped: HashMap::new(),
-            queried_tokens: 0,
-            hit_tokens: 0,
             residency: None,
             events: None,
         }
@@ -219,6 +215,16 @@ impl BlockManager {
         self.cache.by_hash.len()
     }
 
+    /// How many of `hashes` (a request's full-block hashes, in order) the prefix cache
+    /// holds as an unbroken run from the first: what a lookup now would reuse, touching
+    /// nothing (0 when caching is off).
+    pub fn cached_prefix_blocks(&self, hashes: &[BlockHash]) -> usize {
+        if !self.enable_prefix_caching {
+            return 0;
+        }
+        hashes.iter().take_while(|h| self.cache.by_hash.contains_key(h)).count()
+    }
+
     /// Blocks needed to hold `tokens` tokens.
     pub fn blocks_for(&self, tokens: usize) -> usize {
         tokens.div_ceil(self.block_size)
@@ -234,7 +240,6 @@ impl BlockManager {
         if !self.enable_prefix_caching || holds_blocks || self.swapped.contains_key(id) {
             return 0;
         }
-        self.queried_tokens += tokens.len() as u64;
         let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
         let mut table = Table::default();
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
@@ -251,7 +256,6 @@ impl BlockManager {
             table.hashes.push(hash);
         }
         let hit = table.blocks.len() * self.block_size;
-        self.hit_tokens += hit as u64;
         if hit > 0 {
             self.tables.insert(id.clone(), table);
         }
@@ -402,6 +406,7 @@ impl BlockManager {
         Some(pairs)
     }
 
+    #[cfg(test)]
     pub fn is_swapped(&self, id: &RequestId) -> bool {
         self.swapped.contains_key(id)
     }
@@ -438,15 +443,6 @@ impl BlockManager {
     /// Residency observations since the last call (empty when sampling is off).
     pub fn take_residency(&mut self) -> ResidencyObservations {
         self.residency.as_mut().map(BlockResidency::take).unwrap_or_default()
-    }
-
-    /// (prompt tokens queried, tokens found cached) since the last call, every lookup
-    /// counted (retries too); the exported counters are the scheduler's, once per request.
-    pub fn take_prefix_stats(&mut self) -> (u64, u64) {
-        (
-            std::mem::take(&mut self.queried_tokens),
-            std::mem::take(&mut self.hit_tokens),
-        )
     }
 
     /// Requests holding blocks in either pool (for leak checks).

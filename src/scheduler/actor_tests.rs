@@ -129,7 +129,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             id: "r".into(),
             prompt_token_ids: vec![5, 6, 7],
             params: Arc::new(SamplingParams {
-                max_tokens: MAX_TOKENS as u32,
+                max_tokens: Some(MAX_TOKENS as u32),
                 temperature: 0.0,
                 ..Default::default()
             }),
@@ -187,7 +187,7 @@ fn generate(id: &str, prompt_len: u32, events: UnboundedSender<TokenEvent>) -> G
         id: id.into(),
         prompt_token_ids: (0..prompt_len).map(|i| i % 100).collect(),
         params: Arc::new(SamplingParams {
-            max_tokens: 2,
+            max_tokens: Some(2),
             temperature: 0.0,
             ..Default::default()
         }),

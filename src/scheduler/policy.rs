@@ -256,7 +256,7 @@ impl Scheduler {
     /// pending token ends the request by length, or when everything is already in flight.
     pub(super) fn num_to_schedule(&self, request: &Request) -> usize {
         let pending_ends_it = request.in_flight.samples() > 0
-            && (request.num_generated_with_pending() >= request.params.max_tokens as usize
+            && (request.num_generated_with_pending() >= request.params.token_budget()
                 || request.len_with_pending() >= self.config.max_model_len);
         if pending_ends_it {
             return 0;
@@ -422,7 +422,7 @@ impl Scheduler {
         if (!params.ignore_eos && self.end_of_generation.contains(&token)) || params.stop_token_ids.contains(&token) {
             return Some(FinishReason::Stop);
         }
-        if request.output.len() >= params.max_tokens as usize || request.total_len() >= self.config.max_model_len {
+        if request.output.len() >= params.token_budget() || request.total_len() >= self.config.max_model_len {
             return Some(FinishReason::Length);
         }
         None
@@ -540,3 +540,5 @@ mod test_driver;
 #[cfg(test)]
 #[path = "policy_tests.rs"]
 mod tests;
+#[path = "policy_token_load.rs"]
+mod token_load;

@@ -29,7 +29,11 @@ impl Scheduler {
             error_type,
             prompt_tokens: usage.prompt_tokens as u64,
             generation_tokens: usage.completion_tokens as u64,
-            max_tokens: u64::from(request.params.max_tokens),
+            // The API fits an open bound to the context; one left open ran to what it made.
+            max_tokens: request
+                .params
+                .max_tokens
+                .map_or(usage.completion_tokens as u64, u64::from),
             n: u64::from(request.params.n),
             intervals,
             constraint_kind: request.params.structured.as_ref().map(|s| s.kind()),

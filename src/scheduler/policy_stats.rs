@@ -28,6 +28,7 @@ impl Scheduler {
             num_swapped: self.swapped.len(),
             kv_cache_usage: self.blocks.usage(),
             cpu_cache_usage: self.blocks.cpu_usage(),
+            tokens: self.token_load(),
             ..SchedulerStats::default()
         }
     }
@@ -44,6 +45,7 @@ impl Scheduler {
             prefix_cache_hits: std::mem::take(&mut self.prefix_hits),
             num_preemptions: std::mem::take(&mut self.preemptions),
             kv_block_residency: self.blocks.take_residency(),
+            tokens: self.token_load(),
         }
     }
 }

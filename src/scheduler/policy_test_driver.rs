@@ -42,7 +42,7 @@ pub(super) fn request(id: &str, prompt_len: usize, max_tokens: u32) -> NewReques
         // Token values well below EOS so the fake (last + 1) never emits EOS by accident.
         prompt_token_ids: (0..prompt_len as u32).map(|i| i % 100).collect(),
         params: Arc::new(SamplingParams {
-            max_tokens,
+            max_tokens: Some(max_tokens),
             temperature: 0.0,
             ..Default::default()
         }),

@@ -1,6 +1,6 @@
 //! One request's state inside the scheduler.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::in_flight::InFlight;
@@ -9,6 +9,7 @@ use crate::engine::sampling_params::SamplingParams;
 use crate::engine::timeline::{RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
+use crate::kv_cache::block_hash::{BlockHash, hash_block};
 
 /// A request as handed to [`Scheduler::add`](super::Scheduler::add).
 #[derive(Debug, Clone)]
@@ -47,6 +48,9 @@ pub(crate) struct Request {
     /// Prompt tokens found in the prefix cache at its first admission (`None` until then):
     /// the prefix-cache counters count one lookup per request, however often it is retried.
     pub cached_prompt_tokens: Option<usize>,
+    /// Hashes of the prompt's full blocks, computed once when first asked (the token-load
+    /// gauges look them up in the prefix cache every step).
+    prompt_block_hashes: OnceLock<Vec<BlockHash>>,
 }
 
 impl Request {
@@ -67,6 +71,7 @@ impl Request {
             in_flight: InFlight::default(),
             prefill_counted: false,
             cached_prompt_tokens: None,
+            prompt_block_hashes: OnceLock::new(),
         }
     }
 
@@ -104,6 +109,18 @@ impl Request {
                 timestamps: self.timestamps,
                 events: *events,
             })
+        })
+    }
+
+    /// The chained hashes of the prompt's full blocks of `block_size` tokens (as the prefix
+    /// cache keys them), computed on the first call.
+    pub fn prompt_block_hashes(&self, block_size: usize) -> &[BlockHash] {
+        self.prompt_block_hashes.get_or_init(|| {
+            let mut hashes: Vec<BlockHash> = Vec::with_capacity(self.prompt.len() / block_size);
+            for chunk in self.prompt.chunks_exact(block_size) {
+                hashes.push(hash_block(hashes.last().copied(), chunk));
+            }
+            hashes
         })
     }
 

@@ -102,8 +102,9 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
         };
         loading.stop(true).await;
         let prepared = prepared?;
-        let running = start_on(&config, prepared, listener, health).await?;
-        tracing::info!("serving on {}://{}", scheme(&access.tls), running.addr);
+        let served_scheme = scheme(&access.tls);
+        let running = start_on(&config, prepared, listener, health, access).await?;
+        tracing::info!("serving on {served_scheme}://{}", running.addr);
         let handle = running.server.handle();
         actix_web::rt::spawn(drain_on_signal(Drain {
             server: handle.clone(),
@@ -145,15 +146,18 @@ fn load(config: &Config) -> anyhow::Result<PreparedEngine<ModelRunner>> {
 /// config names (must run inside an actix system).
 pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) -> anyhow::Result<RunningServer> {
     let listener = bind_public(config)?;
-    start_on(config, prepared, listener, Arc::new(EngineHealth::new())).await
+    let access = Access::from_config(config)?;
+    start_on(config, prepared, listener, Arc::new(EngineHealth::new()), access).await
 }
 
-/// Starts the actors and serves HTTP on `listener`; `health` is turned ready once serving.
-pub async fn start_on<E: Executor>(
+/// Starts the actors and serves HTTP on `listener` guarded by `access` (built once, before
+/// the model loads); `health` is turned ready once serving.
+async fn start_on<E: Executor>(
     config: &Config,
     prepared: PreparedEngine<E>,
     listener: TcpListener,
     health: Arc<EngineHealth>,
+    access: Access,
 ) -> anyhow::Result<RunningServer> {
     let metric_exports = Arc::new(ExportOutcomes::default());
     let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
@@ -181,6 +185,7 @@ pub async fn start_on<E: Executor>(
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
+    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &health);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
@@ -203,7 +208,7 @@ pub async fn start_on<E: Executor>(
     let telemetry = Arc::new(telemetry);
     let state = web::Data::new(AppState {
         model: prepared.served,
-        scheduler: scheduler.clone(),
+        engine: crate::api::engine_handle::EngineHandle::new(scheduler.clone()),
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
         exemplars: telemetry.exemplars.clone(),
@@ -222,7 +227,6 @@ pub async fn start_on<E: Executor>(
     let access_log = web::Data::new(AccessLogSettings {
         probes: config.telemetry.access_log_probes,
     });
-    let access = Access::from_config(config)?;
     let keys = access.keys.clone();
     let cors = access.cors.clone();
     let metrics_here = config.telemetry.metrics_listen.is_empty();

@@ -10,7 +10,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::PreparedEngine;
 use crate::api::ServedModel;
 use crate::api::tokenizer_info::{TokenizerConfigSource, tokenizer_config};
-use crate::api::tool_calls::ToolParserKind;
 use crate::config::Config;
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
@@ -90,7 +89,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
 
 /// Sets the CPU kernels' instruction set for the process and logs it with what the CPU has.
 fn select_cpu_kernels(config: &Config) -> anyhow::Result<()> {
-    let path = KernelPath::choose(&config.engine.cpu_kernels).map_err(anyhow::Error::msg)?;
+    let path = config.engine.cpu_kernels.path().map_err(anyhow::Error::msg)?;
     crate::kernels::dispatch::set_active(path);
     let available: Vec<&str> = KernelPath::ALL
         .into_iter()
@@ -199,9 +198,8 @@ pub fn prepare_engine<E: Executor>(
             grammars,
             tool_parser: config
                 .model
-                .enable_auto_tool_choice
-                .then(|| ToolParserKind::from_name(&config.model.tool_call_parser))
-                .flatten(),
+                .tool_call_parser
+                .filter(|_| config.model.enable_auto_tool_choice),
             tokenizer_config: Arc::new(tokenizer_config),
         },
         executor,

@@ -256,6 +256,7 @@ impl Instruments {
         self.flagged.record_step(m, s, it);
         self.structured.record_step(m, it);
         self.step_duration.record_step(m, it);
+        self.token_load.record_step(m, &s.tokens);
         e.generation_tokens.add(it.num_generation_tokens, m);
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);

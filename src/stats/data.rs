@@ -29,6 +29,22 @@ pub struct SchedulerStats {
     pub num_preemptions: u64,
     /// Sampled KV-block residency since the last stats (`--kv-cache-metrics`; else empty).
     pub kv_block_residency: ResidencyObservations,
+    /// The same load counted in tokens (`num_tokens_waiting`, …).
+    pub tokens: TokenLoad,
+}
+
+/// The scheduler's load in tokens at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenLoad {
+    /// Tokens the waiting requests still have to compute (their prompt, plus the generated
+    /// tokens of a request preempted for recompute).
+    pub waiting: u64,
+    /// Of `waiting`, those the prefix cache would not cover if each were admitted now.
+    pub uncached_waiting: u64,
+    /// Context tokens (prompt plus generated) of the requests in the running batch.
+    pub running: u64,
+    /// Tokens the device KV cache holds when full.
+    pub capacity: u64,
 }
 
 /// What happened during one engine step (counters and histograms).

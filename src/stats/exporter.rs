@@ -164,6 +164,9 @@ pub fn build_telemetry_with_readers(
         },
     );
     record_cache_config(&instruments, &cfg.cache_info);
+    let info = &cfg.cache_info;
+    let capacity = info.num_gpu_blocks * info.block_size;
+    instruments.token_load.record_capacity(&instruments.model, capacity);
     instruments.record_initial();
     Ok(Telemetry {
         registry,

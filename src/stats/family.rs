@@ -76,6 +76,11 @@ pub mod engine {
     pub const CPU_CACHE_USAGE_PERC: Spec = spec("cpu_cache_usage_perc", "", "Host swap-pool usage: blocks in use / all host blocks, 0..1.");
     pub const AVG_PROMPT_THROUGHPUT: Spec = spec("avg_prompt_throughput_toks_per_s", "", "Prompt tokens computed per second over the last logging interval.");
     pub const AVG_GENERATION_THROUGHPUT: Spec = spec("avg_generation_throughput_toks_per_s", "", "Generated tokens per second over the last logging interval.");
+    // Load in tokens (the Gateway API Inference Extension's model-server protocol).
+    pub const NUM_TOKENS_WAITING: Spec = spec("num_tokens_waiting", "{token}", "Tokens the waiting requests still have to compute (prompt, and generated tokens of recompute-preempted requests).");
+    pub const NUM_TOKENS_RUNNING: Spec = spec("num_tokens_running", "{token}", "Context tokens (prompt plus generated) of the requests in the running batch.");
+    pub const MAX_TOKEN_CAPACITY: Spec = spec("max_token_capacity", "{token}", "Tokens the device KV cache holds when full.");
+    pub const ENGINE_HEALTHY: Spec = spec("engine_healthy", "", "1 while the engine serves; 0 while it loads or restarts its executor, and once it is dead.");
     pub const CACHE_CONFIG_INFO: Spec = spec("cache_config_info", "", "Information of the KV-cache configuration (value 1).");
     // Counters (`_total` is appended by the exporter).
     pub const PROMPT_TOKENS: Spec = spec("prompt_tokens", "{token}", "Prompt tokens whose prefill completed, once per request.");
@@ -108,6 +113,7 @@ pub mod kiln {
     use super::{Spec, spec};
 
     pub const ENGINE_RESTARTS: Spec = spec("kiln_engine_restarts", "{restart}", "Executor restarts after a panic; each failed its step's requests and emptied the KV and prefix caches.");
+    pub const UNCACHED_TOKENS_WAITING: Spec = spec("kiln_uncached_tokens_waiting", "{token}", "Of the waiting tokens, those the prefix cache would not cover if admitted now.");
     pub const STEP_DURATION: Spec = spec("kiln_step_duration", "s", "Wall time the executor spent on one engine step (forward pass and sampling).");
     pub const OTLP_METRIC_EXPORTS: Spec = spec("kiln_otlp_metric_exports", "{export}", "OTLP metric exports (pushes to the collector), by result: success or failure.");
 }

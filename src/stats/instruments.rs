@@ -69,9 +69,10 @@ pub struct Instruments {
     pub(super) instrumentator: super::instrumentator::InstrumentatorInstruments,
     pub(super) flagged: super::flagged::FlaggedInstruments,
     pub(super) structured: super::structured::StructuredOutputInstruments,
-    pub(super) step_duration: super::step_duration::StepDurationInstrument,
     /// Where the latency histograms keep their exemplars; `/metrics` snapshots it.
     pub(super) exemplar_store: Arc<ExemplarStore>,
+    pub(super) step_duration: super::step_duration::StepDurationInstrument,
+    pub(super) token_load: super::token_load::TokenLoadInstruments,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
     pub(super) model: [KeyValue; 2],
     /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
@@ -186,6 +187,7 @@ impl Instruments {
             flagged: super::flagged::FlaggedInstruments::new(&b),
             structured: super::structured::StructuredOutputInstruments::new(&fixed, &model),
             step_duration: super::step_duration::StepDurationInstrument::new(&fixed),
+            token_load: super::token_load::TokenLoadInstruments::new(&b),
             exemplar_store,
             model,
             by_reason,

@@ -10,7 +10,7 @@ use super::data::IterationStats;
 use super::family::kiln::STEP_DURATION;
 
 /// From a decode step of a small model (a few ms) to a long-context prefill chunk of a large
-/// one (tens of seconds), finer around the default budget of 250 ms.
+/// one (tens of seconds).
 pub const STEP_DURATION_BUCKETS: [f64; 16] = [
     0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
@@ -20,7 +20,7 @@ pub(super) struct StepDurationInstrument {
 }
 
 impl StepDurationInstrument {
-    /// `b` builds unprefixed names (a `kiln_*` family).
+    /// `b` builds unprefixed instruments: the family is `kiln_*` whatever the prefix.
     pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
         Self {
             histogram: b.histogram_f64_with(STEP_DURATION, &STEP_DURATION_BUCKETS),

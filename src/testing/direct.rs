@@ -1,6 +1,6 @@
 //! Drives the engine without actors or HTTP: a scheduler and an executor stepped in a loop.
 //! Not a double: the benchmarks (`examples/bench_engine.rs`, `bench_scheduler.rs`) measure
-//! the real engine with it, so it is built without the `testing` feature.
+//! the real engine with it (they require the `testing` feature, as every benchmark does).
 
 use std::path::Path;
 
@@ -50,7 +50,7 @@ pub fn greedy_request(id: &str, prompt: Vec<u32>, max_tokens: u32, ignore_eos: b
         prompt_token_ids: prompt,
         params: std::sync::Arc::new(crate::engine::sampling_params::SamplingParams {
             temperature: 0.0,
-            max_tokens,
+            max_tokens: Some(max_tokens),
             ignore_eos,
             ..Default::default()
         }),

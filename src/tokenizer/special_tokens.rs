@@ -72,10 +72,6 @@ impl SpecialTokens {
             }
         }
     }
-
-    pub fn is_end(&self, id: u32) -> bool {
-        self.end_of_generation.contains(&id)
-    }
 }
 
 fn is_start_token(text: &str) -> bool {

@@ -56,6 +56,17 @@ pub enum TracesConfigError {
     BadRatio(String),
     #[error("--otlp-traces-queue-size must be at least 1")]
     ZeroQueue,
+    #[error(
+        "OTLP traces endpoint {endpoint:?}: port {port} is OTLP's {expected} port, but the protocol is \
+         {protocol}; set --otlp-traces-protocol {expected} (or OTEL_EXPORTER_OTLP_TRACES_PROTOCOL), or \
+         use the collector's {protocol} port"
+    )]
+    PortProtocolMismatch {
+        endpoint: String,
+        port: u16,
+        protocol: OtlpProtocol,
+        expected: OtlpProtocol,
+    },
     #[error("OTLP traces: {0}")]
     Otlp(#[from] OtlpError),
 }
@@ -101,6 +112,12 @@ pub fn traces_config_from_lookup(
     if let Some(protocol) = settings.protocol {
         otlp.protocol = protocol;
     }
+    let protocol_vars = ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"];
+    let chosen = settings.protocol.is_some()
+        || protocol_vars
+            .iter()
+            .any(|v| lookup(v).is_some_and(|p| !p.trim().is_empty()));
+    protocol_for_port(&mut otlp, chosen)?;
     let queue_size = settings.queue_size.unwrap_or(DEFAULT_QUEUE_SIZE);
     if queue_size == 0 {
         return Err(TracesConfigError::ZeroQueue);
@@ -110,6 +127,39 @@ pub fn traces_config_from_lookup(
         sampler: sampler_from_lookup(&lookup)?,
         queue_size,
     }))
+}
+
+/// OTLP's well-known ports decide the protocol nobody chose, as vLLM's default (grpc) makes
+/// `--otlp-traces-endpoint http://collector:4317` work there: 4317 is grpc, 4318 http/protobuf.
+/// A protocol that was chosen and disagrees with the port stops startup, since the spans
+/// would be lost with only a warning a minute. Other ports keep the chosen or default protocol.
+fn protocol_for_port(otlp: &mut OtlpConfig, chosen: bool) -> Result<(), TracesConfigError> {
+    let Some(port) = reqwest::Url::parse(&otlp.endpoint).ok().and_then(|u| u.port()) else {
+        return Ok(());
+    };
+    let expected = match port {
+        4317 => OtlpProtocol::Grpc,
+        4318 => OtlpProtocol::HttpProtobuf,
+        _ => return Ok(()),
+    };
+    if otlp.protocol == expected {
+        return Ok(());
+    }
+    if chosen {
+        return Err(TracesConfigError::PortProtocolMismatch {
+            endpoint: otlp.endpoint.clone(),
+            port,
+            protocol: otlp.protocol,
+            expected,
+        });
+    }
+    if expected == OtlpProtocol::Grpc {
+        // A path derived for http/protobuf means nothing to grpc.
+        let trimmed = otlp.endpoint.trim_end_matches(OtlpSignal::Traces.http_path());
+        otlp.endpoint = trimmed.to_owned();
+    }
+    otlp.protocol = expected;
+    Ok(())
 }
 
 /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` (empty counts as unset). The ratio
@@ -277,5 +327,67 @@ mod tests {
         ];
         let err = traces_config_from_lookup(&TracesSettings::default(), env(&vars)).unwrap_err();
         assert!(err.to_string().contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), "{err}");
+    }
+
+    fn flag(endpoint: &str, protocol: Option<OtlpProtocol>) -> TracesSettings {
+        TracesSettings {
+            endpoint: Some(endpoint.into()),
+            protocol,
+            queue_size: None,
+        }
+    }
+
+    #[test]
+    fn the_grpc_port_means_grpc_when_no_protocol_was_chosen_as_in_vllm() {
+        let cfg = traces_config_from_lookup(&flag("http://collector:4317", None), env(&[]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (cfg.otlp.endpoint.as_str(), cfg.otlp.protocol),
+            ("http://collector:4317", OtlpProtocol::Grpc)
+        );
+        // The general endpoint on the grpc port: no http path is left on it.
+        let vars = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")];
+        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (cfg.otlp.endpoint.as_str(), cfg.otlp.protocol),
+            ("http://collector:4317", OtlpProtocol::Grpc)
+        );
+        // Other ports keep the default.
+        let cfg = traces_config_from_lookup(&flag("http://collector:9000/v1/traces", None), env(&[]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(cfg.otlp.protocol, OtlpProtocol::HttpProtobuf);
+    }
+
+    #[test]
+    fn a_chosen_protocol_that_disagrees_with_the_port_stops_startup() {
+        let cases = [
+            (
+                flag("http://c:4317/v1/traces", Some(OtlpProtocol::HttpProtobuf)),
+                vec![],
+            ),
+            (flag("http://c:4318", Some(OtlpProtocol::Grpc)), vec![]),
+            (
+                flag("http://c:4317", None),
+                vec![("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")],
+            ),
+            (
+                flag("http://c:4318", None),
+                vec![("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+            ),
+        ];
+        for (settings, vars) in cases {
+            let err = traces_config_from_lookup(&settings, env(&vars)).unwrap_err();
+            assert!(
+                matches!(err, TracesConfigError::PortProtocolMismatch { .. }),
+                "{settings:?} {vars:?}: {err}"
+            );
+            assert!(err.to_string().contains("--otlp-traces-protocol"), "{err}");
+        }
+        let agreeing = flag("http://c:4317", Some(OtlpProtocol::Grpc));
+        assert!(traces_config_from_lookup(&agreeing, env(&[])).is_ok());
     }
 }

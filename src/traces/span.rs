@@ -73,7 +73,8 @@ impl SpanPlan {
 /// The request parameters spans record.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpanParams {
-    pub max_tokens: u32,
+    /// `None` when the request left it open (chat without `max_tokens`).
+    pub max_tokens: Option<u32>,
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: Option<u32>,
@@ -142,7 +143,6 @@ impl RequestSpans {
             KeyValue::new("gen_ai.operation.name", self.operation),
             KeyValue::new("gen_ai.response.model", self.model.clone()),
             KeyValue::new("gen_ai.request.model", self.model.clone()),
-            KeyValue::new("gen_ai.request.max_tokens", i64::from(self.params.max_tokens)),
             KeyValue::new("gen_ai.request.temperature", as_sent(self.params.temperature)),
             KeyValue::new("gen_ai.request.top_p", as_sent(self.params.top_p)),
             KeyValue::new("gen_ai.request.n", i64::from(self.params.n)),
@@ -152,6 +152,9 @@ impl RequestSpans {
             KeyValue::new("gen_ai.usage.output_tokens", completion_tokens as i64),
             KeyValue::new("gen_ai.response.finish_reasons", Value::Array(Array::String(reasons))),
         ];
+        if let Some(max_tokens) = self.params.max_tokens {
+            attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(max_tokens)));
+        }
         if let Some(k) = self.params.top_k {
             attributes.push(KeyValue::new("gen_ai.request.top_k", i64::from(k)));
         }

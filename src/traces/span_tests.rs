@@ -53,7 +53,7 @@ fn request(t0: Instant, engine_requests: Vec<EngineRequestSpan>) -> RequestSpans
         model: "tiny".into(),
         operation: "chat",
         params: SpanParams {
-            max_tokens: 4,
+            max_tokens: Some(4),
             temperature: 0.5,
             top_p: 0.9,
             top_k: Some(3),

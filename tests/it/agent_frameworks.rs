@@ -39,7 +39,7 @@ fn run_client(script: &str, server: &TestServer) {
 fn with_tools(c: &mut Config) {
     c.model.chat_template = crate::tool_calling::TOOLS_TEMPLATE.into();
     c.model.enable_auto_tool_choice = true;
-    c.model.tool_call_parser = "hermes".into();
+    c.model.tool_call_parser = Some(kiln::config::ToolCallParser::Hermes);
 }
 
 #[test]

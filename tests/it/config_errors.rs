@@ -40,6 +40,31 @@ fn bad_settings_stop_the_process_before_the_model_loads_naming_the_setting() {
             with_args(&["--kv-cache-memory", "lots"]),
             "kv_cache_memory",
         ),
+        (
+            "CPU kernels that do not exist",
+            with_args(&["--cpu-kernels", "sse9"]),
+            "--cpu-kernels",
+        ),
+        (
+            "CPU kernels that do not exist, from the environment",
+            with_args(&[]).env("KILN_CPU_KERNELS", "sse9"),
+            "--cpu-kernels",
+        ),
+        (
+            "a tool-call parser that does not exist",
+            with_args(&["--tool-call-parser", "nope"]),
+            "--tool-call-parser",
+        ),
+        (
+            "automatic tool choice without a parser",
+            with_args(&["--enable-auto-tool-choice"]),
+            "--tool-call-parser",
+        ),
+        (
+            "an API key file that cannot be read",
+            with_args(&["--api-key-file", "/nonexistent/kiln-keys"]),
+            "api_key_file",
+        ),
     ];
     for (what, launch, named) in cases {
         let started = Instant::now();
@@ -66,4 +91,29 @@ fn the_http_worker_count_comes_from_the_flag() {
             .any(|l| l.contains("starting service") && l.contains("workers: 3")),
         "{logs}"
     );
+}
+
+#[test]
+fn bad_names_in_a_config_file_stop_the_process_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (what, toml, named) in [
+        ("CPU kernels", "[engine]\ncpu_kernels = \"sse9\"\n", "cpu_kernels"),
+        (
+            "a tool-call parser",
+            "[model]\ntool_call_parser = \"nope\"\n",
+            "tool_call_parser",
+        ),
+    ] {
+        let path = dir.path().join("kiln.toml");
+        std::fs::write(&path, toml).expect("write the config file");
+        let mut kiln = with_args(&["--config", path.to_str().expect("utf-8 path")]).spawn();
+        let status = kiln.wait_exit(EXIT_BOUND);
+        let logs = kiln.logs();
+        assert!(!status.success(), "{what}: exited with {status}\n{logs}");
+        assert!(logs.contains(named), "{what}: the message names {named}:\n{logs}");
+        assert!(
+            !logs.contains("loading; probes answered"),
+            "{what}: refused only once loading had begun:\n{logs}"
+        );
+    }
 }

@@ -45,7 +45,7 @@ fn traced_request(t: &Tiny, trace: TraceContext) {
             id: format!("traced-{}", trace.span_id_hex()),
             prompt_token_ids: vec![5, 6, 7],
             params: Arc::new(SamplingParams {
-                max_tokens: 3,
+                max_tokens: Some(3),
                 ignore_eos: true,
                 ..Default::default()
             }),

@@ -1,6 +1,6 @@
-//! A model whose projections come in the quantisations GGUF files ship (Q4_K, Q5_0, IQ4_NL,
-//! IQ4_XS run packed; Q6_K is widened at load) loads, and its first logits equal those of
-//! the same file with every weight widened to f32 (`--dequantize-weights`).
+//! A model whose projections come in the quantisations GGUF files ship (Q4_K, Q5_K, Q6_K,
+//! Q5_0, IQ4_NL, IQ4_XS run packed; Q5_1 is widened at load) loads, and its first logits
+//! equal those of the same file with every weight widened to f32 (`--dequantize-weights`).
 
 use std::path::Path;
 
@@ -10,8 +10,8 @@ use kiln::kernels::GgmlType;
 use kiln::model::gguf::{GgufFile, GgufWriter};
 use kiln::testing::{TinyModelSpec, write_tiny_model};
 
-/// Largest |Δlogit| allowed: the weights are the same values (Q4_K's packed `q * scale + min`
-/// is fused, one rounding apart), multiplied by the packed kernels on one side and by dense
+/// Largest |Δlogit| allowed: the weights are the same values (Q4_K's and Q5_K's packed
+/// `q * scale + min` is fused, at most one rounding apart), multiplied by the packed kernels on one side and by dense
 /// f32 matmuls on the other, so only roundings and summation order differ.
 const TOLERANCE: f32 = 1e-4;
 
@@ -43,6 +43,8 @@ fn scales_of(ty: GgmlType) -> Vec<(usize, f32)> {
         GgmlType::Q5_0 | GgmlType::IQ4_NL => vec![(0, 0.3 / 127.0)],
         GgmlType::IQ4_XS => vec![(0, 0.3 / (127.0 * 32.0))],
         GgmlType::Q6_K => vec![(208, 0.3 / (32.0 * 127.0))],
+        GgmlType::Q5_K => vec![(0, 0.3 / (31.0 * 63.0)), (2, 0.15 / 63.0)],
+        GgmlType::Q5_1 => vec![(0, 0.3 / 31.0), (2, -0.15)],
         other => panic!("no scales for {other}"),
     }
 }
@@ -81,22 +83,27 @@ fn k_quant_and_iq4_projections_load_and_run_packed_as_they_dequantise() {
     };
     let tiny = write_tiny_model(dir.path(), spec).expect("tiny model");
     let mixed = dir.path().join("mixed.gguf");
+    // Each stacked projection (q/k/v, gate/up) in one type, so it runs packed, except
+    // layer 1's q/k/v, whose v (Q5_1) has no kernel: that stack is widened whole.
     let mut replace = Vec::new();
-    for layer in ["blk.0", "blk.1"] {
-        for p in ["attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"] {
-            replace.push((format!("{layer}.{p}.weight"), GgmlType::Q4_K));
-        }
-    }
-    replace.push(("blk.0.attn_output.weight".into(), GgmlType::IQ4_NL));
-    replace.push(("blk.1.attn_output.weight".into(), GgmlType::IQ4_XS));
-    replace.push(("blk.0.ffn_down.weight".into(), GgmlType::Q5_0));
-    replace.push(("blk.1.ffn_down.weight".into(), GgmlType::Q6_K));
+    let mut set = |layer: &str, projections: &[&str], ty| {
+        replace.extend(projections.iter().map(|p| (format!("{layer}.{p}.weight"), ty)));
+    };
+    set("blk.0", &["attn_q", "attn_k", "attn_v"], GgmlType::Q4_K);
+    set("blk.1", &["attn_q", "attn_k"], GgmlType::Q6_K);
+    set("blk.1", &["attn_v"], GgmlType::Q5_1);
+    set("blk.0", &["attn_output"], GgmlType::IQ4_NL);
+    set("blk.1", &["attn_output"], GgmlType::IQ4_XS);
+    set("blk.0", &["ffn_gate", "ffn_up"], GgmlType::Q5_0);
+    set("blk.1", &["ffn_gate", "ffn_up"], GgmlType::Q4_K);
+    set("blk.0", &["ffn_down"], GgmlType::Q5_K);
+    set("blk.1", &["ffn_down"], GgmlType::Q6_K);
     let replace: Vec<(&str, GgmlType)> = replace.iter().map(|(n, t)| (n.as_str(), *t)).collect();
     rewrite(&tiny, &mixed, &replace);
 
     let file = GgufFile::open(&mixed).expect("open");
     let widened: Vec<String> = file.types_widened_at_load().into_iter().collect();
-    assert_eq!(widened, ["Q6_K"], "only Q6_K lacks a packed kernel");
+    assert_eq!(widened, ["Q5_1"], "only Q5_1 lacks a packed kernel");
 
     let prompt = [5, 80, 81, 90, 100, 3, 7];
     let packed = first_logits(&mixed, false, &prompt);

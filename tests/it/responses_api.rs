@@ -184,7 +184,7 @@ fn the_openai_client_creates_and_streams_responses() {
     let server = crate::openai_client::serve_real_model(|c| {
         c.model.chat_template = crate::tool_calling::TOOLS_TEMPLATE.into();
         c.model.enable_auto_tool_choice = true;
-        c.model.tool_call_parser = "hermes".into();
+        c.model.tool_call_parser = Some(kiln::config::ToolCallParser::Hermes);
         // For the cached tokens of a repeated prompt.
         c.engine.enable_prefix_caching = true;
     });

@@ -36,7 +36,7 @@ fn start_with_tools() -> Tiny {
     start_tiny_spec(long_context(), |c| {
         c.model.chat_template = TOOLS_TEMPLATE.into();
         c.model.enable_auto_tool_choice = true;
-        c.model.tool_call_parser = "hermes".into();
+        c.model.tool_call_parser = Some(kiln::config::ToolCallParser::Hermes);
     })
 }
 
@@ -316,7 +316,7 @@ fn the_openai_client_round_trips_a_tool_call() {
     let server = crate::openai_client::serve_real_model(|c| {
         c.model.chat_template = TOOLS_TEMPLATE.into();
         c.model.enable_auto_tool_choice = true;
-        c.model.tool_call_parser = "hermes".into();
+        c.model.tool_call_parser = Some(kiln::config::ToolCallParser::Hermes);
     });
     crate::openai_client::run_openai_script("openai_tools_check.py", &server.url("/v1"));
 }

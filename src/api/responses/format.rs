@@ -4,7 +4,6 @@
 //! `response.completed` with the usage). Tool calls are read from
 //! the text as chat reads them (see `api::tool_calls`).
 
-use actix_web::HttpResponse;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -242,7 +241,7 @@ impl ChunkFormat for ResponsesFormat {
 }
 
 impl ResponseFormat for ResponsesFormat {
-    fn response(mut self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> HttpResponse {
+    fn response(mut self, choices: Vec<(u32, ChoiceDelta)>, usage: Usage) -> serde_json::Result<Vec<u8>> {
         // One choice: the Responses API has no `n`.
         if let Some((_, delta)) = choices.into_iter().next() {
             let shaped = shape_output(&self.tools, delta.text);
@@ -262,6 +261,6 @@ impl ResponseFormat for ResponsesFormat {
             }
             self.status = delta.end.map_or(Status::Completed, |e| status_of(e.reason));
         }
-        HttpResponse::Ok().json(self.snapshot(Some(&usage)))
+        serde_json::to_vec(&self.snapshot(Some(&usage)))
     }
 }

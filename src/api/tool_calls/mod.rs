@@ -16,23 +16,8 @@ pub use template_inputs::{template_messages, template_tools, tools_bytes};
 
 use super::errors::ApiError;
 use super::openai_types::{ChatCompletionRequest, StructuredOutputsParam, ToolChoice, ToolChoiceMode};
+pub use crate::config::ToolCallParser;
 use crate::engine::structured_output::StructuredOutput;
-
-/// The formats `--tool-call-parser` knows (vLLM's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolParserKind {
-    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
-    Hermes,
-}
-
-impl ToolParserKind {
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "hermes" => Some(ToolParserKind::Hermes),
-            _ => None,
-        }
-    }
-}
 
 /// What a request's `tools` and `tool_choice` come to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +36,7 @@ pub enum ToolChoicePlan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolOutput {
     Text,
-    Parsed(ToolParserKind),
+    Parsed(ToolCallParser),
     Required,
     Named(String),
 }
@@ -131,7 +116,7 @@ impl ToolChoicePlan {
     }
 
     /// `auto` needs a parser (`--enable-auto-tool-choice --tool-call-parser NAME`).
-    pub fn check_served(&self, parser: Option<ToolParserKind>) -> Result<(), ApiError> {
+    pub fn check_served(&self, parser: Option<ToolCallParser>) -> Result<(), ApiError> {
         if *self == ToolChoicePlan::Auto && parser.is_none() {
             return Err(ApiError::invalid(
                 "tool_choice",
@@ -143,7 +128,7 @@ impl ToolChoicePlan {
     }
 
     /// How the generated text is read back.
-    pub fn output(&self, parser: Option<ToolParserKind>) -> ToolOutput {
+    pub fn output(&self, parser: Option<ToolCallParser>) -> ToolOutput {
         match (self, parser) {
             (ToolChoicePlan::Auto, Some(parser)) => ToolOutput::Parsed(parser),
             (ToolChoicePlan::None | ToolChoicePlan::Auto, _) => ToolOutput::Text,

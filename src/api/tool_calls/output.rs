@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::json_scan::json_object_end;
-use super::{ToolOutput, ToolParserKind, hermes, new_tool_call_id};
+use super::{ToolCallParser, ToolOutput, hermes, new_tool_call_id};
 use crate::api::openai_types::{ChatResponseMessage, ToolCall};
 
 /// An assistant message, and whether its calls end the choice as `tool_calls`.
@@ -42,7 +42,7 @@ pub fn shape_output(output: &ToolOutput, text: String) -> ShapedOutput {
     };
     match output {
         ToolOutput::Text => plain(text),
-        ToolOutput::Parsed(ToolParserKind::Hermes) => {
+        ToolOutput::Parsed(ToolCallParser::Hermes) => {
             let (content, calls) = hermes::parse(&text);
             if calls.is_empty() {
                 return plain(text);

@@ -10,7 +10,7 @@
 use super::call_head::{Head, call_head};
 use super::json_scan::json_object_end;
 use super::output::RequiredCall;
-use super::{ToolOutput, ToolParserKind, hermes, new_tool_call_id};
+use super::{ToolCallParser, ToolOutput, hermes, new_tool_call_id};
 use crate::api::openai_types::DeltaToolCall;
 
 /// What one piece of text adds to the stream.
@@ -123,7 +123,7 @@ impl ToolStream {
                     piece.calls.push(DeltaToolCall::arguments(0, text.to_owned()));
                 }
             }
-            ToolOutput::Parsed(ToolParserKind::Hermes) => {
+            ToolOutput::Parsed(ToolCallParser::Hermes) => {
                 self.buffer.push_str(text);
                 self.drain_hermes(&mut piece);
             }
@@ -143,7 +143,7 @@ impl ToolStream {
         match self.output.clone() {
             ToolOutput::Text => {}
             ToolOutput::Named(name) => self.open_named(&name, &mut piece),
-            ToolOutput::Parsed(ToolParserKind::Hermes) => {
+            ToolOutput::Parsed(ToolCallParser::Hermes) => {
                 let rest = std::mem::take(&mut self.buffer);
                 match self.hermes {
                     Hermes::InCall if self.open.is_some() => {

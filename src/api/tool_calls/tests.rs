@@ -84,15 +84,15 @@ fn bad_tool_choices_and_tools_are_refused_naming_the_field() {
 #[test]
 fn auto_needs_a_parser_and_none_never_parses() {
     assert!(ToolChoicePlan::Auto.check_served(None).is_err());
-    assert!(ToolChoicePlan::Auto.check_served(Some(ToolParserKind::Hermes)).is_ok());
+    assert!(ToolChoicePlan::Auto.check_served(Some(ToolCallParser::Hermes)).is_ok());
     assert!(ToolChoicePlan::None.check_served(None).is_ok());
     assert_eq!(
-        ToolChoicePlan::None.output(Some(ToolParserKind::Hermes)),
+        ToolChoicePlan::None.output(Some(ToolCallParser::Hermes)),
         ToolOutput::Text
     );
     assert_eq!(
-        ToolChoicePlan::Auto.output(Some(ToolParserKind::Hermes)),
-        ToolOutput::Parsed(ToolParserKind::Hermes)
+        ToolChoicePlan::Auto.output(Some(ToolCallParser::Hermes)),
+        ToolOutput::Parsed(ToolCallParser::Hermes)
     );
 }
 
@@ -176,7 +176,7 @@ fn hermes_text_is_read_into_calls() {
 
 #[test]
 fn whole_outputs_are_shaped_as_openai_messages() {
-    let hermes = ToolOutput::Parsed(ToolParserKind::Hermes);
+    let hermes = ToolOutput::Parsed(ToolCallParser::Hermes);
     let shaped = shape_output(
         &hermes,
         "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>".into(),
@@ -281,7 +281,7 @@ fn assemble(deltas: &[DeltaToolCall]) -> Vec<(u32, String, String, String)> {
 fn hermes_streams_content_then_calls_whatever_the_chunking() {
     let text = "Sure.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich <x>\"}}</tool_call>\n<tool_call>{\"name\": \"get_time\"}</tool_call>";
     for step in [1, 2, 3, 7, 1000] {
-        let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), text, step);
+        let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolCallParser::Hermes), text, step);
         assert_eq!(content, "Sure.", "step {step}");
         assert!(finish);
         let calls = assemble(&deltas);
@@ -301,7 +301,7 @@ fn hermes_streams_content_then_calls_whatever_the_chunking() {
     }
     // Keys in another order: the call is read whole once it closes.
     let reversed = "<tool_call>{\"arguments\": {\"city\": \"Oslo\"}, \"name\": \"get_weather\"}</tool_call>";
-    let (_, deltas, finish) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), reversed, 3);
+    let (_, deltas, finish) = stream_all(ToolOutput::Parsed(ToolCallParser::Hermes), reversed, 3);
     let calls = assemble(&deltas);
     assert!(finish);
     assert_eq!((calls.len(), calls[0].2.as_str()), (1, "get_weather"));
@@ -311,16 +311,16 @@ fn hermes_streams_content_then_calls_whatever_the_chunking() {
     );
     // Cut short inside the arguments: what came of them has been sent, under the opened call.
     let cut = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os";
-    let (content, deltas, _) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), cut, 2);
+    let (content, deltas, _) = stream_all(ToolOutput::Parsed(ToolCallParser::Hermes), cut, 2);
     let calls = assemble(&deltas);
     assert_eq!((content.as_str(), calls.len()), ("", 1));
     assert_eq!(calls[0].3, "{\"city\": \"Os");
     // Text with a lone `<` that never becomes a tag is all content, in order.
-    let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), "a < b <tool", 1);
+    let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolCallParser::Hermes), "a < b <tool", 1);
     assert_eq!((content.as_str(), deltas.len(), finish), ("a < b <tool", 0, false));
     // A malformed call comes back as the text it was.
     let bad = "<tool_call>{oops}</tool_call>";
-    let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolParserKind::Hermes), bad, 4);
+    let (content, deltas, finish) = stream_all(ToolOutput::Parsed(ToolCallParser::Hermes), bad, 4);
     assert_eq!((content.as_str(), deltas.len(), finish), (bad, 0, false));
 }
 

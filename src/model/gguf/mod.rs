@@ -83,13 +83,4 @@ pub enum GgufError {
     },
     #[error("{path}: tensor '{name}' not found")]
     MissingTensor { path: PathBuf, name: String },
-    #[error("{path}: metadata key '{key}' not found")]
-    MissingKey { path: PathBuf, key: String },
-    #[error("{path}: metadata key '{key}' is {found}, expected {expected}")]
-    WrongType {
-        path: PathBuf,
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
 }

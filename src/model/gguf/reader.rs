@@ -142,47 +142,6 @@ impl GgufFile {
         self.get_array(key)?.iter().map(GgufValue::as_i32).collect()
     }
 
-    /// Like [`get_u32`](Self::get_u32) but with an error naming the file and key.
-    pub fn require_u32(&self, key: &str) -> Result<u32, GgufError> {
-        self.require(key, "an integer fitting u32", GgufValue::as_u32)
-    }
-
-    pub fn require_f32(&self, key: &str) -> Result<f32, GgufError> {
-        self.require(key, "a float", GgufValue::as_f32)
-    }
-
-    pub fn require_bool(&self, key: &str) -> Result<bool, GgufError> {
-        self.require(key, "a bool", GgufValue::as_bool)
-    }
-
-    pub fn require_str(&self, key: &str) -> Result<&str, GgufError> {
-        self.require(key, "a string", GgufValue::as_str)
-    }
-
-    pub fn require_string_array(&self, key: &str) -> Result<Vec<String>, GgufError> {
-        self.require(key, "an array of strings", |v| {
-            v.as_array()?.iter().map(|e| e.as_str().map(str::to_owned)).collect()
-        })
-    }
-
-    fn require<'a, T>(
-        &'a self,
-        key: &str,
-        expected: &'static str,
-        get: impl FnOnce(&'a GgufValue) -> Option<T>,
-    ) -> Result<T, GgufError> {
-        let value = self.get(key).ok_or_else(|| GgufError::MissingKey {
-            path: self.path.clone(),
-            key: key.to_string(),
-        })?;
-        get(value).ok_or_else(|| GgufError::WrongType {
-            path: self.path.clone(),
-            key: key.to_string(),
-            expected,
-            found: value.describe(),
-        })
-    }
-
     pub fn tensors(&self) -> &[GgufTensorInfo] {
         &self.tensors
     }

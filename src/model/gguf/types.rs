@@ -161,17 +161,6 @@ impl GgufValue {
     {
         GgufValue::Array(items.into_iter().map(|s| GgufValue::String(s.into())).collect())
     }
-
-    /// A short description for "wrong type" errors, e.g. `array[string; 3]`.
-    pub(crate) fn describe(&self) -> String {
-        match self {
-            GgufValue::Array(v) => match v.first() {
-                Some(first) => format!("array[{:?}; {}]", first.value_type(), v.len()),
-                None => "empty array".to_string(),
-            },
-            other => format!("{:?}", other.value_type()),
-        }
-    }
 }
 
 impl From<&str> for GgufValue {

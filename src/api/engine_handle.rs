@@ -1,0 +1,41 @@
+//! The API's handle on the engine, as TGI's router holds one: submit a request, abort one,
+//! read the load. Handlers see these three verbs, not the scheduler actor behind them.
+
+use actix::Addr;
+
+use crate::engine::events::EngineError;
+use crate::engine::messages::{Abort, AbortReason, Generate};
+use crate::engine::types::RequestId;
+use crate::scheduler::actor::{GetLoad, SchedulerActor};
+use crate::stats::data::SchedulerStats;
+
+#[derive(Clone)]
+pub struct EngineHandle {
+    scheduler: Addr<SchedulerActor>,
+}
+
+impl EngineHandle {
+    pub fn new(scheduler: Addr<SchedulerActor>) -> Self {
+        Self { scheduler }
+    }
+
+    /// Hands one engine request over; the engine refuses it (full queue, too long) or takes
+    /// it, and its events then arrive on the request's channel. `Unavailable` when the engine
+    /// no longer runs.
+    pub async fn submit(&self, request: Generate) -> Result<(), EngineError> {
+        self.scheduler
+            .send(request)
+            .await
+            .unwrap_or(Err(EngineError::Unavailable))
+    }
+
+    /// Ends a request wherever it is (queued, running, swapped); its events then end.
+    pub fn abort(&self, id: RequestId, reason: AbortReason) {
+        self.scheduler.do_send(Abort { id, reason });
+    }
+
+    /// The engine's load now; `None` when it no longer runs.
+    pub async fn load(&self) -> Option<SchedulerStats> {
+        self.scheduler.send(GetLoad).await.ok()
+    }
+}

@@ -1,0 +1,86 @@
+//! Settings that take one of a few names, parsed into enums where the flag or file is read
+//! (clap and serde both refuse an unknown name, naming the flag or key), so nothing later
+//! compares text.
+
+use serde::{Deserialize, Deserializer};
+
+use crate::kernels::KernelPath;
+
+/// What preemption does with a request's KV blocks (`engine.preemption_mode`,
+/// `--preemption-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptionMode {
+    /// Free them; the request's tokens are recomputed when it runs again.
+    #[default]
+    Recompute,
+    /// Copy them to the host pool and back (recompute when the pool is full).
+    Swap,
+}
+
+/// The CPU kernels' instruction set (`engine.cpu_kernels`, `--cpu-kernels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuKernels {
+    /// The best this CPU runs, detected at start.
+    #[default]
+    Auto,
+    Avx512,
+    Avx2,
+    Portable,
+}
+
+impl CpuKernels {
+    /// The kernel path to run; an error when this CPU cannot run the one forced.
+    pub fn path(self) -> Result<KernelPath, String> {
+        let path = match self {
+            CpuKernels::Auto => return Ok(KernelPath::best()),
+            CpuKernels::Avx512 => KernelPath::Avx512,
+            CpuKernels::Avx2 => KernelPath::Avx2,
+            CpuKernels::Portable => KernelPath::Portable,
+        };
+        if !path.available() {
+            return Err(format!("this CPU cannot run the {} kernels", path.name()));
+        }
+        Ok(path)
+    }
+}
+
+/// How `auto` tool calls are read from the model's text (`model.tool_call_parser`,
+/// `--tool-call-parser`; vLLM's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallParser {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
+    Hermes,
+}
+
+/// Reads an optional name where the file's empty string means none.
+pub(super) fn empty_as_none<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let text = String::deserialize(deserializer)?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    T::deserialize(serde::de::value::StringDeserializer::new(text)).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_forced_kernel_path_is_refused_exactly_when_this_cpu_lacks_it() {
+        assert_eq!(CpuKernels::Auto.path(), Ok(KernelPath::best()));
+        assert_eq!(CpuKernels::Portable.path(), Ok(KernelPath::Portable));
+        for (choice, path) in [
+            (CpuKernels::Avx512, KernelPath::Avx512),
+            (CpuKernels::Avx2, KernelPath::Avx2),
+        ] {
+            assert_eq!(choice.path().is_ok(), path.available(), "{choice:?}");
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! `vllm:engine_healthy{engine}`, as vLLM exposes it under fault tolerance: 1 while the
+//! executor serves (ready, or draining its last requests), 0 while it loads or restarts and
+//! once it is dead. An observable gauge reads the shared `EngineHealth` at each collection,
+//! so a scrape says what `/ready` and `/health` would say at that moment.
+
+use std::sync::Arc;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::MeterProvider;
+
+use super::exporter::Telemetry;
+use super::family::{engine::ENGINE_HEALTHY, engine_metric_name};
+use crate::engine::health::{EngineHealth, EngineState};
+
+/// The gauge's value for a state.
+pub fn healthy_value(state: &EngineState) -> u64 {
+    match state {
+        EngineState::Ready | EngineState::Draining => 1,
+        EngineState::Loading | EngineState::Restarting | EngineState::Dead(_) => 0,
+    }
+}
+
+/// Registers the gauge on the telemetry's meter provider (nothing when telemetry is off).
+pub fn register_engine_health(telemetry: &Telemetry, engine_prefix: &str, health: &Arc<EngineHealth>) {
+    let (Some(provider), Some(instruments)) = (&telemetry.provider, &telemetry.instruments) else {
+        return;
+    };
+    let labels: Vec<KeyValue> = instruments.model.to_vec();
+    let health = Arc::clone(health);
+    // The SDK keeps the callback registered for the provider's life.
+    let _ = provider
+        .meter("kiln")
+        .u64_observable_gauge(engine_metric_name(engine_prefix, ENGINE_HEALTHY.name))
+        .with_description(ENGINE_HEALTHY.description)
+        .with_callback(move |observer| observer.observe(healthy_value(&health.state()), &labels))
+        .build();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::exporter::render_metrics;
+    use crate::stats::exporter::test_support::{config, value};
+
+    #[test]
+    fn the_gauge_follows_the_engine_state_at_each_scrape() {
+        let telemetry = crate::stats::exporter::build_telemetry(&config("vllm:")).expect("builds");
+        let health = Arc::new(EngineHealth::new());
+        register_engine_health(&telemetry, "vllm:", &health);
+        let healthy = || {
+            let text = render_metrics(&telemetry.registry).expect("renders");
+            value(
+                &text,
+                "vllm:engine_healthy",
+                &[("engine", "0"), ("model_name", "smollm2")],
+            )
+        };
+        assert_eq!(healthy(), Some(0.0), "loading");
+        health.ready();
+        assert_eq!(healthy(), Some(1.0));
+        health.restarting();
+        assert_eq!(healthy(), Some(0.0), "restarting");
+        health.ready();
+        health.draining();
+        assert_eq!(healthy(), Some(1.0), "draining still serves");
+        health.dead("restarts exhausted");
+        assert_eq!(healthy(), Some(0.0), "dead");
+    }
+}
