@@ -103,9 +103,11 @@ fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
     assert!(streamed.text().expect("whole stream").contains("[DONE]"));
     probe(&kiln);
     let _ = kiln.client.get(kiln.url("/v1/models")).send().expect("models");
-    let logs = wait_for("the /v1/models access line", || {
+    // A stream's line is written once its body is done on the server, which may come after the
+    // client read [DONE] and after later requests' lines: wait for both.
+    let logs = wait_for("the /v1/models and the stream's access lines", || {
         let logs = kiln.logs();
-        if logs.contains("route=\"/v1/models\"") {
+        if logs.contains("route=\"/v1/models\"") && logs.contains("request_id=\"stream-7\"") {
             Ok(logs)
         } else {
             Err(logs)

@@ -19,6 +19,8 @@ pub fn first_logits(model: &Path, dequantize_weights: bool, prompt: &[u32]) -> V
     config.model.path = model.display().to_string();
     config.model.dequantize_weights = dequantize_weights;
     config.engine.kv_cache_memory = "8MiB".into();
+    // The whole prompt in one step: no step-time budget to chunk it.
+    config.scheduler.max_step_ms = 0.0;
     let prepared = prepare_model(&config, open_model(model).expect("open")).expect("prepare");
     let mut runner = prepared.executor;
     let mut scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
