@@ -10,7 +10,8 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::attention::{HeadShape, attend_piece_on};
+use super::attention_piece::attend_piece_on;
+use super::attention_types::HeadShape;
 use super::dispatch::active;
 use super::exp::exp;
 

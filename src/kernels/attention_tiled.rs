@@ -6,7 +6,8 @@
 
 use rayon::prelude::*;
 
-use super::attention::{HeadShape, SequenceSpan, softmax_in_place};
+use super::attention_piece::softmax_in_place;
+use super::attention_types::{HeadShape, SequenceSpan};
 use super::strided_gemm::{View, gemm_into};
 
 /// Spans with at least this many new tokens take the tiled path.
