@@ -154,7 +154,8 @@ impl Drop for LoggedBody {
     fn drop(&mut self) {
         drop(self.body.take());
         if let Some(line) = self.line.take() {
-            line.write();
+            let log = Arc::clone(&line.log);
+            log.when_outcome_known(Box::new(move || line.write()));
         }
     }
 }

@@ -49,6 +49,24 @@ struct LogState {
     request_id: Option<String>,
     trace_id: Option<String>,
     outcome: Option<GenerationOutcome>,
+    /// A generation record exists whose outcome is still to come.
+    expects_outcome: bool,
+    /// What waits for that outcome (the access line), run once it is set.
+    on_outcome: Deferred,
+}
+
+/// An action put off until an event (Debug says only whether one waits).
+#[derive(Default)]
+struct Deferred(Option<Box<dyn FnOnce() + Send>>);
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Deferred(waiting)"
+        } else {
+            "Deferred(none)"
+        })
+    }
 }
 
 struct Headers<'a>(&'a actix_web::http::header::HeaderMap);
@@ -121,8 +139,32 @@ impl RequestLog {
     }
 
     fn set_outcome(&self, outcome: GenerationOutcome) {
-        if let Ok(mut state) = self.state.lock() {
+        let waiting = self.state.lock().ok().and_then(|mut state| {
             state.outcome = Some(outcome);
+            state.on_outcome.0.take()
+        });
+        if let Some(run) = waiting {
+            run();
+        }
+    }
+
+    /// Runs `run` once the generation outcome is known: now when there is none to wait for
+    /// (no generation, or it already ended), else when its record reports it. The response
+    /// body can end before the output thread lets go of the record.
+    pub fn when_outcome_known(&self, run: Box<dyn FnOnce() + Send>) {
+        let run = match self.state.lock() {
+            Ok(mut state) if state.expects_outcome && state.outcome.is_none() => {
+                state.on_outcome = Deferred(Some(run));
+                return;
+            }
+            _ => run,
+        };
+        run();
+    }
+
+    fn expect_outcome(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.expects_outcome = true;
         }
     }
 }
@@ -151,6 +193,7 @@ impl RequestRecord {
         prompt_tokens: usize,
         choices: usize,
     ) -> Self {
+        log.expect_outcome();
         if let Some((_, spans)) = &traced {
             log.set_trace_id(spans.plan.context.trace_id().to_string());
         }
