@@ -29,6 +29,7 @@ mod hostile_input;
 mod kv_events;
 mod log_injection;
 mod model_formats;
+mod native_histograms;
 mod openai_client;
 mod openapi;
 mod otlp_exponential;
