@@ -351,6 +351,7 @@ impl Scheduler {
             shape
         });
         self.step_time.observe(shape, output.step_seconds);
+        let step_seconds = output.step_seconds;
         let mut grammar_failures = output.grammar_failures;
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
@@ -362,8 +363,11 @@ impl Scheduler {
             let start = request.num_computed;
             request.num_computed += seq.token_ids.len();
             request.in_flight.receive(seq.token_ids.len(), seq.sample);
-            iteration.num_prefill_tokens_computed +=
-                (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
+            let prompt_computed = request.num_computed.min(prompt_len) - start.min(prompt_len);
+            iteration.num_prefill_tokens_computed += prompt_computed as u64;
+            if prompt_computed > 0 {
+                request.note_prefill_chunk(now, step_seconds, start, prompt_computed);
+            }
             // Only a step that fills a block gives the prefix cache something new to register
             // (blocks brought back by swap-in are re-registered at their next filled block).
             let bs = self.config.block_size;

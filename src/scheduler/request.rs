@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::in_flight::InFlight;
 use crate::engine::intervals::RequestTimestamps;
 use crate::engine::sampling_params::SamplingParams;
-use crate::engine::timeline::{RequestEventKind, RequestEvents, RequestTimeline};
+use crate::engine::timeline::{PrefillChunk, RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
 use crate::kv_cache::block_hash::{BlockHash, hash_block};
@@ -78,6 +78,20 @@ impl Request {
     pub fn note_scheduled(&mut self, at: Instant) {
         self.timestamps.scheduled.get_or_insert(at);
         self.note(RequestEventKind::Scheduled, at);
+    }
+
+    /// A step that ended at `end` after `step_seconds` computed `tokens` prompt tokens from
+    /// `position` (traced requests only: their phase spans).
+    pub fn note_prefill_chunk(&mut self, end: Instant, step_seconds: f64, position: usize, tokens: usize) {
+        if let Some(events) = &mut self.events {
+            let took = std::time::Duration::try_from_secs_f64(step_seconds).unwrap_or_default();
+            events.record_prefill_chunk(PrefillChunk {
+                start: end.checked_sub(took).unwrap_or(end),
+                end,
+                position: u32::try_from(position).unwrap_or(u32::MAX),
+                tokens: u32::try_from(tokens).unwrap_or(u32::MAX),
+            });
+        }
     }
 
     /// A token was sampled at `at`.
