@@ -6,6 +6,7 @@ pub mod config;
 pub mod export;
 pub mod phase_spans;
 pub mod span;
+pub mod wall_clock;
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@ use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceFlags};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, SpanData, SpanEvents, SpanLinks};
 
-use super::span::WallClock;
+use super::wall_clock::WallClock;
 use crate::engine::timeline::RequestTimeline;
 
 pub const QUEUE_SPAN_NAME: &str = "llm_request.queue";

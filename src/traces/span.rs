@@ -6,13 +6,14 @@
 //! `gen_ai.latency.*`) plus the GenAI semantic-convention names; no prompt or completion text.
 
 use std::borrow::Cow;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{IdGenerator, SpanData, SpanEvents, SpanLinks};
 
 use super::phase_spans::{PhaseParent, phase_spans};
+pub use super::wall_clock::WallClock;
 
 use crate::engine::events::TokenUsage;
 use crate::engine::intervals::RequestIntervals;
@@ -23,30 +24,6 @@ use crate::engine::types::FinishReason;
 pub const SERVER_SPAN_NAME: &str = "llm_request";
 /// The name of each engine request's span when a body fans out.
 pub const CHOICE_SPAN_NAME: &str = "llm_request.choice";
-
-/// Instants to wall-clock times, from one anchor taken once: every span time goes through
-/// here, so spans agree with each other and with the histograms' intervals.
-#[derive(Debug, Clone, Copy)]
-pub struct WallClock {
-    instant: Instant,
-    system: SystemTime,
-}
-
-impl WallClock {
-    pub fn now() -> Self {
-        Self {
-            instant: Instant::now(),
-            system: SystemTime::now(),
-        }
-    }
-
-    pub fn at(&self, instant: Instant) -> SystemTime {
-        match instant.checked_duration_since(self.instant) {
-            Some(after) => self.system + after,
-            None => self.system - self.instant.duration_since(instant),
-        }
-    }
-}
 
 /// The span identity of a sampled request, decided at arrival.
 #[derive(Debug, Clone)]

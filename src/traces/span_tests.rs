@@ -137,16 +137,6 @@ fn a_fanned_out_body_gets_a_child_span_per_engine_request() {
     assert_eq!(spans[1].events.len(), 2);
 }
 
-#[test]
-fn the_wall_clock_maps_instants_before_and_after_its_anchor() {
-    let clock = WallClock::now();
-    let later = clock.instant + Duration::from_secs(2);
-    assert_eq!(clock.at(later), clock.system + Duration::from_secs(2));
-    if let Some(earlier) = clock.instant.checked_sub(Duration::from_secs(1)) {
-        assert_eq!(clock.at(earlier), clock.system - Duration::from_secs(1));
-    }
-}
-
 /// `end(t0, n)` with two prefill chunks: 3 tokens in 3-6 ms, 2 tokens in 6-10 ms.
 fn end_with_chunks(t0: Instant) -> EngineRequestEnd {
     let mut e = end(t0, 4);
