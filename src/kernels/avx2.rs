@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+use super::packed::{BLOCK, BlockFormat, FIVE_BIT_BYTES, PackedMatrix};
 use super::tiling::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
@@ -36,6 +36,7 @@ pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
             let values = match w.format {
                 BlockFormat::Nibbles => block_vectors::<NIBBLES>(w, block),
                 BlockFormat::Bytes => block_vectors::<BYTES>(w, block),
+                BlockFormat::FiveBit => block_vectors::<FIVE_BIT>(w, block),
                 BlockFormat::HalfScaledBytes => block_vectors::<HALF_SCALED_BYTES>(w, block),
                 BlockFormat::OffsetBytes => block_vectors::<OFFSET_BYTES>(w, block),
             };
@@ -53,6 +54,7 @@ macro_rules! tiles {
             $(
                 (BlockFormat::Nibbles, $len) => tile::<$len, NIBBLES>($w, $r, $x, $t0, $o),
                 (BlockFormat::Bytes, $len) => tile::<$len, BYTES>($w, $r, $x, $t0, $o),
+                (BlockFormat::FiveBit, $len) => tile::<$len, FIVE_BIT>($w, $r, $x, $t0, $o),
                 (BlockFormat::HalfScaledBytes, $len) => tile::<$len, HALF_SCALED_BYTES>($w, $r, $x, $t0, $o),
                 (BlockFormat::OffsetBytes, $len) => tile::<$len, OFFSET_BYTES>($w, $r, $x, $t0, $o),
             )*
@@ -133,6 +135,7 @@ const NIBBLES: u8 = 0;
 const BYTES: u8 = 1;
 const HALF_SCALED_BYTES: u8 = 2;
 const OFFSET_BYTES: u8 = 3;
+const FIVE_BIT: u8 = 4;
 
 /// A block in the format coded `FORMAT` as four vectors of eight.
 ///
@@ -147,10 +150,14 @@ unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__
         if FORMAT == NIBBLES {
             return nibbles(w, block);
         }
-        let [a, b, c, d] = byte_vectors(w, block);
+        let [a, b, c, d] = if FORMAT == FIVE_BIT {
+            widen_signed_bytes(five_bit_bytes(w, block))
+        } else {
+            byte_vectors(w, block)
+        };
         let scales = w.scales.as_ptr();
         match FORMAT {
-            BYTES => {
+            BYTES | FIVE_BIT => {
                 let scale = _mm256_set1_ps(*scales.add(block));
                 [
                     _mm256_mul_ps(a, scale),
@@ -192,17 +199,51 @@ unsafe fn block_vectors<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__
 #[target_feature(enable = "avx2,fma")]
 unsafe fn byte_vectors(w: &PackedMatrix, block: usize) -> [__m256; 4] {
     // SAFETY: the caller bounds `block`.
+    unsafe { widen_signed_bytes(_mm256_loadu_si256(w.quants.as_ptr().add(block * BLOCK).cast())) }
+}
+
+/// A five-bit block's 32 values `q - 16` as signed bytes, in element order (ggml's trick:
+/// each byte of the high-bit word is spread over eight bytes, one bit tested per byte, and
+/// a nibble whose high bit is clear gets the top bits `0xf0`, which makes it `q - 16`).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and `block` is a block of `w`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn five_bit_bytes(w: &PackedMatrix, block: usize) -> __m256i {
+    // SAFETY: the caller bounds `block`.
     unsafe {
-        let q = _mm256_loadu_si256(w.quants.as_ptr().add(block * BLOCK).cast());
-        let low = _mm256_castsi256_si128(q);
-        let high = _mm256_extracti128_si256(q, 1);
-        [
-            widen_signed(low),
-            widen_signed(_mm_srli_si128(low, 8)),
-            widen_signed(high),
-            widen_signed(_mm_srli_si128(high, 8)),
-        ]
+        let q = w.quants.as_ptr().add(block * FIVE_BIT_BYTES);
+        let high_bits = i32::from_le_bytes(q.cast::<[u8; 4]>().read_unaligned());
+        let packed = _mm_loadu_si128(q.add(4).cast());
+        let mask = _mm_set1_epi8(0x0f);
+        let nibbles = _mm256_set_m128i(
+            _mm_and_si128(_mm_srli_epi16(packed, 4), mask),
+            _mm_and_si128(packed, mask),
+        );
+        // Byte `j` of the result: byte `j / 8` of the word, then all ones iff bit `j % 8`.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(high_bits),
+            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+        );
+        let all_but_own_bit = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, all_but_own_bit), _mm256_set1_epi8(-1));
+        _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xf0u8 as i8)))
     }
+}
+
+/// 32 signed bytes as four vectors of eight f32.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn widen_signed_bytes(q: __m256i) -> [__m256; 4] {
+    let low = _mm256_castsi256_si128(q);
+    let high = _mm256_extracti128_si256(q, 1);
+    [
+        widen_signed(low),
+        widen_signed(_mm_srli_si128(low, 8)),
+        widen_signed(high),
+        widen_signed(_mm_srli_si128(high, 8)),
+    ]
 }
 
 /// The low eight unsigned bytes of `v` as `q * scale + min`.

@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+use super::packed::{BLOCK, BlockFormat, FIVE_BIT_BYTES, PackedMatrix};
 use super::tiling::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`).
@@ -166,6 +166,29 @@ unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
                 let [low, high] = byte_halves(w, block);
                 let scale = _mm512_set1_ps(*scales.add(block));
                 [_mm512_mul_ps(low, scale), _mm512_mul_ps(high, scale)]
+            }
+            BlockFormat::FiveBit => {
+                // `(q - 16) * scale` (Q5_0): as for nibbles, the values are lane permutes of
+                // tables, two here: `q - 16` for q below 16 and at or above it. Each half
+                // permutes the below-16 table by its nibbles, then, in the lanes whose high
+                // bit (a mask register straight from the block's `u32`) is set, the other.
+                // Each table entry is an exact product, as gguf-py's is.
+                let q = w.quants.as_ptr().add(block * FIVE_BIT_BYTES);
+                let high_bits = u32::from_le_bytes(q.cast::<[u8; 4]>().read_unaligned());
+                let scale = _mm512_set1_ps(*scales.add(block));
+                let below = _mm512_mul_ps(_mm512_sub_ps(nibble_values(), _mm512_set1_ps(16.0)), scale);
+                let above = _mm512_mul_ps(nibble_values(), scale);
+                let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.add(4).cast()));
+                let high_nibbles = _mm512_srli_epi32(bytes, 4);
+                let low =
+                    _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(bytes, below), high_bits as u16, bytes, above);
+                let high = _mm512_mask_permutexvar_ps(
+                    _mm512_permutexvar_ps(high_nibbles, below),
+                    (high_bits >> 16) as u16,
+                    high_nibbles,
+                    above,
+                );
+                [low, high]
             }
             BlockFormat::HalfScaledBytes => {
                 // `q * scale[half]` (Q6_K).

@@ -308,6 +308,9 @@ mod tests {
         // A mixed stack (OffsetBytes with a scale per half and a min).
         let mixed = PackedMatrix::stack(&[pack(GgmlType::Q4_K, 20), pack(GgmlType::Q6_K, rows - 20)]);
         matrices.push(("Q4_K+Q6_K".into(), mixed.expect("same width")));
+        // A Q5_0 q/k with a Q8_0 v (Bytes).
+        let mixed = PackedMatrix::stack(&[pack(GgmlType::Q5_0, 30), pack(GgmlType::Q8_0, rows - 30)]);
+        matrices.push(("Q5_0+Q8_0".into(), mixed.expect("same width")));
         for (ty, w) in matrices {
             let dense = w.dequantize();
             for tokens in [1, 2, 5, 8, 9, GEMM_MIN_TOKENS, 33] {
@@ -343,6 +346,29 @@ mod tests {
                 let mut row = vec![0.0; cols];
                 widen_row_on(path, &w, 5, &mut row);
                 assert_eq!(row, dense[5 * cols..6 * cols], "{ty} {path:?}: widening is exact");
+            }
+        }
+    }
+
+    /// Q5_0 blocks of random bytes with scales of any finite magnitude, widened on every
+    /// path this CPU runs: each value equals gguf-py's dequantisation (`dequantize`, checked
+    /// against it elsewhere) bit for bit, the sign of a zero included.
+    #[test]
+    fn five_bit_blocks_widen_to_ggml_values_bit_for_bit_on_every_path() {
+        use crate::kernels::test_blocks::random_blocks;
+        use crate::model::gguf::dequantize;
+        let (rows, cols) = (9, 256);
+        let bytes = random_blocks(GgmlType::Q5_0, rows * cols / BLOCK, 11);
+        let want = dequantize(GgmlType::Q5_0, &bytes, rows * cols).expect("dequantise");
+        let w = PackedMatrix::from_ggml(GgmlType::Q5_0, &bytes, rows, cols).expect("packable");
+        assert_eq!(w.format, crate::kernels::BlockFormat::FiveBit);
+        for path in KernelPath::ALL.into_iter().filter(|p| p.available()) {
+            for r in 0..rows {
+                let mut row = vec![0.0; cols];
+                widen_row_on(path, &w, r, &mut row);
+                for (c, (got, want)) in row.iter().zip(&want[r * cols..]).enumerate() {
+                    assert_eq!(got.to_bits(), want.to_bits(), "{path:?} r{r} c{c}: {got} vs {want}");
+                }
             }
         }
     }

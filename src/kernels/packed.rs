@@ -11,6 +11,8 @@ use super::repack;
 
 /// Elements per quantisation block (all supported ggml types).
 pub const BLOCK: usize = 32;
+/// Bytes of a [`BlockFormat::FiveBit`] block's values: 4 of high bits, 16 of nibbles.
+pub const FIVE_BIT_BYTES: usize = 4 + BLOCK / 2;
 
 /// How the quantised values of a block are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +23,10 @@ pub enum BlockFormat {
     Nibbles,
     /// 32 signed bytes; `x = q * scale` (Q8_0).
     Bytes,
+    /// Q5_0's 5-bit values as ggml stores them, 20 bytes: a little-endian `u32` whose bit `j`
+    /// is element `j`'s high bit, then 16 bytes of low nibbles in [`BlockFormat::Nibbles`]'
+    /// order; `x = (q - 16) * scale`, 6 bits a weight with the f32 scale (Bytes: 9).
+    FiveBit,
     /// 32 signed bytes whose halves (elements 0..16 and 16..32) have a scale each:
     /// `x = q * scale[half]` (Q6_K, whose int6 values have a scale per 16).
     HalfScaledBytes,
@@ -35,6 +41,7 @@ impl BlockFormat {
     pub const fn quant_bytes(self) -> usize {
         match self {
             BlockFormat::Nibbles => BLOCK / 2,
+            BlockFormat::FiveBit => FIVE_BIT_BYTES,
             BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => BLOCK,
         }
     }
@@ -73,12 +80,13 @@ impl PackedMatrix {
         Self::format_of(ty).is_some()
     }
 
-    /// The packed format `ty` runs in: its own (Q4_0, Q4_1, Q8_0) or a lossless repacking
-    /// (Q4_K, Q5_0, Q5_K, Q6_K, IQ4_NL, IQ4_XS; see `repack.rs`).
+    /// The packed format `ty` runs in: its own (Q4_0, Q4_1, Q5_0, Q8_0) or a lossless
+    /// repacking (Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; see `repack.rs`).
     fn format_of(ty: GgmlType) -> Option<BlockFormat> {
         match ty {
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Some(BlockFormat::Nibbles),
-            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(BlockFormat::Bytes),
+            GgmlType::Q5_0 => Some(BlockFormat::FiveBit),
+            GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(BlockFormat::Bytes),
             GgmlType::Q6_K => Some(BlockFormat::HalfScaledBytes),
             GgmlType::Q5_K => Some(BlockFormat::OffsetBytes),
             _ => None,
@@ -156,6 +164,11 @@ impl PackedMatrix {
                     *v = f32::from(byte as i8) * scale;
                 }
             }
+            BlockFormat::FiveBit => {
+                for (v, q) in out.iter_mut().zip(five_bit_values(q)) {
+                    *v = f32::from(q) * scale;
+                }
+            }
             BlockFormat::HalfScaledBytes => {
                 let high_scale = self.scales[2 * index + 1];
                 for (j, (v, &byte)) in out.iter_mut().zip(q).enumerate() {
@@ -194,15 +207,21 @@ impl PackedMatrix {
     }
 
     /// The matrices' rows one after another; `None` unless they share their width. Parts of
-    /// different formats (a Q4_K q/k with a Q6_K v) are all converted to
-    /// [`BlockFormat::OffsetBytes`], which holds each exactly.
+    /// different formats are converted to the narrowest format that holds each exactly:
+    /// [`BlockFormat::Bytes`] for a Q5_0 q/k with a Q8_0 v, else
+    /// [`BlockFormat::OffsetBytes`] (a Q4_K q/k with a Q6_K v).
     pub fn stack(parts: &[PackedMatrix]) -> Option<PackedMatrix> {
         let first = parts.first()?;
         if parts.iter().any(|p| p.cols != first.cols) {
             return None;
         }
         if parts.iter().any(|p| p.format != first.format) {
-            let converted: Vec<PackedMatrix> = parts.iter().map(PackedMatrix::to_offset_bytes).collect();
+            let signed_bytes = |p: &PackedMatrix| matches!(p.format, BlockFormat::Bytes | BlockFormat::FiveBit);
+            let converted: Vec<PackedMatrix> = if parts.iter().all(signed_bytes) {
+                parts.iter().map(PackedMatrix::to_bytes).collect()
+            } else {
+                parts.iter().map(PackedMatrix::to_offset_bytes).collect()
+            };
             return Self::stack(&converted);
         }
         let mut out = PackedMatrix {
@@ -241,10 +260,30 @@ impl PackedMatrix {
                     out.quants.extend(q.iter().map(|v| v & 0x0f));
                     out.quants.extend(q.iter().map(|v| v >> 4));
                 }
+                BlockFormat::FiveBit => out.quants.extend(five_bit_values(q).map(|v| v as u8)),
                 _ => out.quants.extend_from_slice(q),
             }
         }
         out
+    }
+
+    /// A [`BlockFormat::FiveBit`] matrix's values as [`BlockFormat::Bytes`] (`q - 16` is a
+    /// signed byte; the same products); other formats are returned as they are.
+    pub fn to_bytes(&self) -> PackedMatrix {
+        if self.format != BlockFormat::FiveBit {
+            return self.clone();
+        }
+        PackedMatrix {
+            format: BlockFormat::Bytes,
+            scales: self.scales.clone(),
+            quants: self
+                .quants
+                .chunks_exact(FIVE_BIT_BYTES)
+                .flat_map(|q| five_bit_values(q).map(|v| v as u8))
+                .collect(),
+            rows: self.rows,
+            ..self.clone_shape()
+        }
     }
 
     /// Bytes the weights occupy (what one decode step reads).
@@ -262,6 +301,16 @@ impl PackedMatrix {
             quants: Vec::new(),
         }
     }
+}
+
+/// A [`BlockFormat::FiveBit`] block's 32 values, `q - 16`.
+fn five_bit_values(q: &[u8]) -> [i8; BLOCK] {
+    let high_bits = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+    let nibbles = &q[4..FIVE_BIT_BYTES];
+    std::array::from_fn(|j| {
+        let nibble = (nibbles[j % (BLOCK / 2)] >> (4 * (j / (BLOCK / 2)))) & 0x0f;
+        (nibble | (((high_bits >> j) & 1) as u8) << 4) as i8 - 16
+    })
 }
 
 #[cfg(test)]
@@ -320,6 +369,35 @@ mod tests {
             }
         }
         assert!(!PackedMatrix::has_kernel(GgmlType::Q3_K));
+    }
+
+    #[test]
+    fn q5_0_is_kept_at_six_bits_a_weight_and_stacks_with_q8_0_as_bytes() {
+        let (rows, cols) = (4, 256);
+        let part = |ty: GgmlType, seed| {
+            let blocks = rows * cols / ty.block_layout().0 as usize;
+            PackedMatrix::from_ggml(ty, &random_blocks(ty, blocks, seed), rows, cols).expect("packable")
+        };
+        let (q5, q8) = (part(GgmlType::Q5_0, 1), part(GgmlType::Q8_0, 2));
+        assert_eq!(q5.format, BlockFormat::FiveBit);
+        assert_eq!(
+            8 * q5.size_bytes(),
+            6 * rows * cols,
+            "20 bytes of values and an f32 scale per 32"
+        );
+        let stacked = PackedMatrix::stack(&[q5.clone(), q8.clone()]).expect("same width");
+        assert_eq!(stacked.format, BlockFormat::Bytes);
+        let want: Vec<f32> = [&q5, &q8].into_iter().flat_map(PackedMatrix::dequantize).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&stacked.dequantize()), bits(&want), "Bytes holds Q5_0 bit for bit");
+        let with_k = PackedMatrix::stack(&[q5.clone(), part(GgmlType::Q4_K, 3)]).expect("same width");
+        assert_eq!(with_k.format, BlockFormat::OffsetBytes);
+        assert!(
+            with_k.dequantize()[..rows * cols] == q5.dequantize()[..],
+            "OffsetBytes holds Q5_0"
+        );
+        let same = PackedMatrix::stack(&[q5.clone(), q5.clone()]).expect("same width");
+        assert_eq!((same.format, same.rows), (BlockFormat::FiveBit, 2 * rows));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! they run on the Q4_1 and Q8_0 kernels instead of being widened to f32:
 //! - Q4_K: each 32-element sub-block is `x = (d * sc) * q - (dmin * m)` with 4-bit `q`:
 //!   [`BlockFormat::Nibbles`](super::BlockFormat::Nibbles) with an f32 scale and min;
-//! - Q5_0 (`q - 16` fits a signed byte), IQ4_NL and IQ4_XS (grid values are signed bytes):
+//! - IQ4_NL and IQ4_XS (grid values are signed bytes):
 //!   [`BlockFormat::Bytes`](super::BlockFormat::Bytes) with an f32 scale;
 //! - Q6_K: `x = (d * sc) * (q - 32)` with int6 `q` and an 8-bit `sc` per 16 elements:
 //!   [`BlockFormat::HalfScaledBytes`](super::BlockFormat::HalfScaledBytes), `d * sc` per half;
@@ -53,7 +53,6 @@ pub fn k4_scale_min(packed: &[u8], j: usize) -> (u8, u8) {
 pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut Blocks<'_>) -> bool {
     match ty {
         GgmlType::Q4_K => q4_k(block, m),
-        GgmlType::Q5_0 => q5_0(block, m),
         GgmlType::IQ4_NL => {
             m.scales.push(half(block));
             push_grid(&block[2..18], m);
@@ -78,16 +77,6 @@ fn q4_k(block: &[u8], m: &mut Blocks<'_>) {
         m.quants
             .extend((0..BLOCK / 2).map(|k| nibble(k) | (nibble(k + BLOCK / 2) << 4)));
     }
-}
-
-fn q5_0(block: &[u8], m: &mut Blocks<'_>) {
-    m.scales.push(half(block));
-    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-    let qs = &block[6..22];
-    m.quants.extend((0..BLOCK).map(|j| {
-        let q = ((qs[j % 16] >> (4 * (j / 16))) & 0x0f) | ((((qh >> j) & 1) as u8) << 4);
-        (q as i8 - 16) as u8
-    }));
 }
 
 /// 16 bytes of IQ4 nibbles (element `j` low nibble of byte `j`, `j + 16` the high one) as
