@@ -39,6 +39,7 @@ mod output_processing;
 mod overload;
 mod process_lifecycle;
 mod prompt_bos;
+mod prompt_sharing;
 mod quant_k_parity;
 mod quant_q4km;
 mod quant_types;
