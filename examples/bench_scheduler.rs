@@ -4,6 +4,9 @@
 //! 2. output throughput under a KV budget far too small for the load, recompute vs swap;
 //! 3. time to first token of a request whose long prefix is cached, vs uncached.
 //!
+//! Every step goes through the server's step loop (`kiln::testing::drive`), async
+//! scheduling included.
+//!
 //! ```text
 //! cargo run --release --features testing --example bench_scheduler -- --model PATH [--output-json FILE]
 //! ```
@@ -14,7 +17,6 @@ use std::time::Instant;
 use clap::Parser;
 use kiln::config::{Config, PreemptionMode};
 use kiln::engine::events::TokenEvent;
-use kiln::executor::Executor;
 use kiln::executor::model_runner::ModelRunner;
 use kiln::scheduler::{NewRequest, Scheduler};
 use kiln::testing::{direct_engine, greedy_request};
@@ -48,21 +50,24 @@ type Timeline = HashMap<String, Vec<f64>>;
 fn drive(s: &mut Scheduler, r: &mut ModelRunner, mut inject: impl FnMut(usize, &mut Scheduler)) -> (Timeline, f64) {
     let start = Instant::now();
     let mut timeline: Timeline = HashMap::new();
-    let mut step = 0;
-    loop {
-        inject(step, s);
-        if !s.has_work() {
-            break;
-        }
-        let batch = s.schedule(Instant::now());
-        let output = r.execute(&batch).expect("step");
-        for (id, event) in s.update_from_output(&batch, output, Instant::now()).events {
-            if let TokenEvent::Token { .. } = event {
-                timeline.entry(id).or_default().push(start.elapsed().as_secs_f64());
+    kiln::testing::drive(s, r, |d| {
+        let mut step = 0;
+        loop {
+            inject(step, d.scheduler());
+            if !d.has_work() && d.in_flight() == 0 {
+                break;
             }
+            let Some(result) = d.step().expect("step") else {
+                break;
+            };
+            for (id, event) in result.events {
+                if let TokenEvent::Token { .. } = event {
+                    timeline.entry(id).or_default().push(start.elapsed().as_secs_f64());
+                }
+            }
+            step += 1;
         }
-        step += 1;
-    }
+    });
     (timeline, start.elapsed().as_secs_f64())
 }
 
@@ -118,16 +123,14 @@ fn main() -> anyhow::Result<()> {
         for i in 0..8 {
             s.add(request(&format!("r{i}"), short(i), 64), Instant::now())?;
         }
-        let mut preemptions = 0;
+        let (mut preemptions, mut tokens) = (0, 0);
         let start = Instant::now();
-        let mut tokens = 0;
-        while s.has_work() {
-            let batch = s.schedule(Instant::now());
-            let output = r.execute(&batch).expect("step");
-            let step = s.update_from_output(&batch, output, Instant::now());
-            preemptions += step.scheduler_stats.num_preemptions;
-            tokens += step.iteration_stats.num_generation_tokens;
-        }
+        kiln::testing::drive(&mut s, &mut r, |d| {
+            while let Some(step) = d.step().expect("step") {
+                preemptions += step.scheduler_stats.num_preemptions;
+                tokens += step.iteration_stats.num_generation_tokens;
+            }
+        });
         let rate = tokens as f64 / start.elapsed().as_secs_f64();
         println!("| {mode} | 24 | 8 | {rate:.1} | {preemptions} |");
         report.insert(

@@ -3,20 +3,22 @@
 //! matmul rate measured in the same run, and where a one-stream decode step goes (bytes per
 //! token against the memory bandwidth measured in the same run).
 //!
+//! Every step goes through the server's step loop (`kiln::testing::drive`): with async
+//! scheduling on, as `kiln serve` has it by default, the next step is scheduled while the
+//! executor thread runs the one before, and the figures include that overlap;
+//! `--sync-scheduling` measures the engine without it.
+//!
 //! Run by `bench_engine` and by `gpu_kit bench`.
 
 use std::time::Instant;
 
 use burn::tensor::{Distribution, Tensor};
-use kiln::executor::Executor;
-use kiln::executor::model_runner::ModelRunner;
 use kiln::kernels::GgmlType;
 use kiln::kernels::{PackedMatrix, matmul_packed};
 use kiln::model::gguf::quantize;
 use kiln::model::loader::open_model;
 use kiln::model::{Backend, default_device};
-use kiln::scheduler::Scheduler;
-use kiln::testing::{direct_engine, greedy_request};
+use kiln::testing::{DirectDriver, direct_engine, drive, greedy_request};
 
 #[path = "cpu_info.rs"]
 mod cpu_info;
@@ -64,6 +66,23 @@ pub struct Args {
     /// about the device).
     #[arg(long)]
     pub skip_kernel_rates: bool,
+    /// Schedule each step only after the one before came back (`kiln serve
+    /// --async-scheduling false`); by default the next step is scheduled while one runs.
+    #[arg(long)]
+    pub sync_scheduling: bool,
+}
+
+impl Args {
+    /// The engine settings every case shares.
+    fn engine_config(&self, c: &mut kiln::config::Config) {
+        c.model.dequantize_weights = self.dequantize_weights;
+        c.engine.cpu_kernels = self.cpu_kernels;
+        c.engine.async_scheduling = !self.sync_scheduling;
+    }
+
+    fn scheduling(&self) -> &'static str {
+        if self.sync_scheduling { "sync" } else { "async" }
+    }
 }
 
 /// Median GFLOP/s over 15 runs of `product`, which does `2 · rows · k · n` FLOPs.
@@ -116,6 +135,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("CPU kernels: {}", kernels.name());
     report.insert("cpu".into(), cpu_info::cpu_info());
     report.insert("cpu_kernels".into(), kernels.name().into());
+    println!("Scheduling: {} (the server's step loop)", args.scheduling());
+    report.insert("async_scheduling".into(), (!args.sync_scheduling).into());
 
     if let Some(reference) = &args.reference {
         println!("| reference case | greedy tokens | first-step logits |");
@@ -160,35 +181,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let (mut s, mut r) = direct_engine(path, |c| {
         c.engine.max_num_batched_tokens = args.prefill_len.max(2048);
-        c.model.dequantize_weights = args.dequantize_weights;
-        c.engine.cpu_kernels = args.cpu_kernels;
+        args.engine_config(c);
     })?;
     // Token ids spread over the model's vocabulary (any model, the tiny test one included).
     let vocab = cfg.vocab_size as u32;
     let token = |i: u32| (100 + i * 37) % vocab;
     let prompt: Vec<u32> = (0..args.prefill_len as u32).map(token).collect();
     s.add(greedy_request("prefill", prompt, 1, true), Instant::now())?;
-    let batch = s.schedule(Instant::now());
-    let start = Instant::now();
-    let out = r.execute(&batch)?;
-    let prefill_s = start.elapsed().as_secs_f64();
-    s.update_from_output(&batch, out, Instant::now());
+    let prefill_s = drive(&mut s, &mut r, |d| {
+        let start = Instant::now();
+        step(d).map(|_| start.elapsed().as_secs_f64())
+    })?;
     let prefill_tps = args.prefill_len as f64 / prefill_s;
     let prefill_rate = rate(args.prefill_len);
-    println!("| phase | batch | tok/s | achieved GFLOP/s | kernel GFLOP/s at this batch |");
-    println!("|---|---|---|---|---|");
+    let scheduling = args.scheduling();
+    println!("| phase | batch | scheduling | tok/s | achieved GFLOP/s | kernel GFLOP/s at this batch |");
+    println!("|---|---|---|---|---|---|");
     let prefill_gflops = prefill_tps * flops_per_token / 1e9;
     println!(
-        "| prefill {} tokens | 1 | {prefill_tps:.1} | {prefill_gflops:.1} | {prefill_rate:.1} |",
+        "| prefill {} tokens | 1 | {scheduling} | {prefill_tps:.1} | {prefill_gflops:.1} | {prefill_rate:.1} |",
         args.prefill_len
     );
     report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
 
     for &batch_size in &args.decode_batches {
-        let (mut s, mut r) = direct_engine(path, |c| {
-            c.model.dequantize_weights = args.dequantize_weights;
-            c.engine.cpu_kernels = args.cpu_kernels;
-        })?;
+        let (mut s, mut r) = direct_engine(path, |c| args.engine_config(c))?;
         for i in 0..batch_size {
             s.add(
                 greedy_request(
@@ -201,11 +218,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )?;
         }
         // The first step prefills; time only the decode steps after it.
-        step(&mut s, &mut r)?;
-        let tps = decode_rate(&mut s, &mut r)?;
+        let tps = drive(&mut s, &mut r, |d| {
+            step(d)?;
+            decode_rate(d)
+        })?;
         let gflops = tps * (flops_per_token + head_flops) / 1e9;
         let rate = rate(batch_size);
-        println!("| decode | {batch_size} | {tps:.1} | {gflops:.1} | {rate:.1} |");
+        println!("| decode | {batch_size} | {scheduling} | {tps:.1} | {gflops:.1} | {rate:.1} |");
         report.insert(
             format!("decode_{batch_size}"),
             json!({"tok_s": tps, "gflops": gflops, "matmul_gflops": rate}),
@@ -221,7 +240,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .min(cfg.max_position_embeddings.saturating_sub(args.decode_steps + 1));
     if context > 0 {
         let tps = long_context_decode(path, &args, context, vocab)?;
-        println!("| decode at {context} tokens of context | 1 | {tps:.1} | | |");
+        println!("| decode at {context} tokens of context | 1 | {scheduling} | {tps:.1} | | |");
         report.insert(
             "decode_long_context".into(),
             json!({"context": context, "tok_s": tps, "short_context_tok_s": one_stream_tps}),
@@ -245,8 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// chunks first, then only the decode steps are timed.
 fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, vocab: u32) -> anyhow::Result<f64> {
     let (mut s, mut r) = direct_engine(path, |c| {
-        c.model.dequantize_weights = args.dequantize_weights;
-        c.engine.cpu_kernels = args.cpu_kernels;
+        args.engine_config(c);
         c.engine.kv_cache_memory = "1GiB".into();
     })?;
     let prompt: Vec<u32> = (0..context as u32).map(|i| (100 + i * 37) % vocab).collect();
@@ -254,25 +272,25 @@ fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, voca
         greedy_request("long", prompt, args.decode_steps as u32 + 1, true),
         Instant::now(),
     )?;
-    // The prompt is prefilled in chunks until the first token comes.
-    while step(&mut s, &mut r)? == 0 {}
-    decode_rate(&mut s, &mut r)
+    drive(&mut s, &mut r, |d| {
+        // The prompt is prefilled in chunks until the first token comes.
+        while step(d)? == 0 {}
+        decode_rate(d)
+    })
 }
 
-/// One engine step; the tokens it generated.
-fn step(s: &mut Scheduler, r: &mut ModelRunner) -> anyhow::Result<u64> {
-    let batch = s.schedule(Instant::now());
-    let out = r.execute(&batch)?;
-    Ok(s.update_from_output(&batch, out, Instant::now())
-        .iteration_stats
-        .num_generation_tokens)
+/// One engine step as the server runs it (with async scheduling, the next one is sent
+/// before this one is waited for); the tokens it generated.
+fn step(d: &mut DirectDriver<'_>) -> anyhow::Result<u64> {
+    let result = d.step()?.ok_or_else(|| anyhow::anyhow!("no step to run"))?;
+    Ok(result.iteration_stats.num_generation_tokens)
 }
 
 /// Generated tokens per second of the steps until every request is done.
-fn decode_rate(s: &mut Scheduler, r: &mut ModelRunner) -> anyhow::Result<f64> {
+fn decode_rate(d: &mut DirectDriver<'_>) -> anyhow::Result<f64> {
     let (mut tokens, start) = (0u64, Instant::now());
-    while s.has_work() {
-        tokens += step(s, r)?;
+    while d.has_work() {
+        tokens += step(d)?;
     }
     Ok(tokens as f64 / start.elapsed().as_secs_f64())
 }

@@ -79,7 +79,7 @@ pub struct AppState {
     pub stats: Addr<StatsActor>,
     pub registry: prometheus::Registry,
     /// The latency exemplars `/metrics` writes in OpenMetrics.
-    pub exemplars: Arc<crate::stats::exemplars::ExemplarStore>,
+    pub exemplars: Arc<crate::stats::histogram_store::HistogramStore>,
     /// Add per-request `metrics` to responses.
     pub per_request_metrics: bool,
     /// What one request may ask for.

@@ -193,6 +193,9 @@ pub struct ServeArgs {
     /// Finished spans waiting for export; when full, new spans are dropped (and counted).
     #[arg(long, env = "KILN_OTLP_TRACES_QUEUE_SIZE")]
     pub otlp_traces_queue_size: Option<usize>,
+    /// request: one span a request; phases: also queue, prefill-chunk and decode child spans.
+    #[arg(long, env = "KILN_OTLP_TRACES_DETAIL", value_parser = ["request", "phases"])]
+    pub otlp_traces_detail: Option<String>,
     /// Log format: text or json (one JSON object per line).
     #[arg(long, env = "KILN_LOG_FORMAT", value_parser = ["text", "json"])]
     pub log_format: Option<String>,
@@ -316,6 +319,7 @@ impl ServeArgs {
         set(&mut c.telemetry.otlp_traces_endpoint, &self.otlp_traces_endpoint);
         set(&mut c.telemetry.otlp_traces_protocol, &self.otlp_traces_protocol);
         set(&mut c.telemetry.otlp_traces_queue_size, &self.otlp_traces_queue_size);
+        set(&mut c.telemetry.otlp_traces_detail, &self.otlp_traces_detail);
         if self.access_log_probes {
             c.telemetry.access_log_probes = true;
         }

@@ -183,6 +183,8 @@ pub struct TelemetrySettings {
     pub otlp_traces_protocol: String,
     /// Finished spans waiting for export; when full, new spans are dropped and counted.
     pub otlp_traces_queue_size: usize,
+    /// "request" (one span a request) or "phases" (also queue, prefill-chunk and decode spans).
+    pub otlp_traces_detail: String,
     /// Access-log lines for `/health`, `/ready` and `/metrics` too.
     pub access_log_probes: bool,
 }
@@ -261,6 +263,7 @@ impl Default for TelemetrySettings {
             otlp_traces_endpoint: String::new(),
             otlp_traces_protocol: String::new(),
             otlp_traces_queue_size: crate::traces::config::DEFAULT_QUEUE_SIZE,
+            otlp_traces_detail: "request".to_owned(),
             access_log_probes: false,
         }
     }
@@ -511,10 +514,15 @@ impl Config {
                     .map_err(|e: OtlpError| invalid("telemetry.otlp_traces_protocol", e.to_string()))?,
             ),
         };
+        let detail = t
+            .otlp_traces_detail
+            .parse()
+            .map_err(|e: String| invalid("telemetry.otlp_traces_detail", e))?;
         let settings = crate::traces::config::TracesSettings {
             endpoint: (!t.otlp_traces_endpoint.is_empty()).then(|| t.otlp_traces_endpoint.clone()),
             protocol,
             queue_size: Some(t.otlp_traces_queue_size),
+            detail,
         };
         crate::traces::config::traces_config_from_lookup(&settings, lookup)
             .map_err(|e| invalid("telemetry.otlp_traces_*", e.to_string()))

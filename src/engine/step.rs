@@ -50,11 +50,14 @@ pub struct SchedulerOutput {
     pub swap_out: Vec<(u32, u32)>,
     /// Blocks to copy host → device before the step (swap in), as (host, device) pairs.
     pub swap_in: Vec<(u32, u32)>,
+    /// Device blocks to copy before anything else in the step, as (source, destination)
+    /// pairs: the partial prompt block of a choice that forked its sibling's prompt.
+    pub copy_blocks: Vec<(u32, u32)>,
 }
 
 impl SchedulerOutput {
     pub fn is_empty(&self) -> bool {
-        self.sequences.is_empty() && self.swap_out.is_empty() && self.swap_in.is_empty()
+        self.sequences.is_empty() && self.swap_out.is_empty() && self.swap_in.is_empty() && self.copy_blocks.is_empty()
     }
 
     pub fn num_tokens(&self) -> usize {

@@ -9,6 +9,21 @@ use crate::engine::intervals::RequestTimestamps;
 
 /// At most this many events per request; more are counted in `dropped_events`.
 pub const MAX_EVENTS: usize = 32;
+/// At most this many prefill chunks per request (one span each with phase spans on); more
+/// are counted in `dropped_chunks`.
+pub const MAX_PREFILL_CHUNKS: usize = 64;
+
+/// One step's share of a request's prompt: when the step ran and which tokens it computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillChunk {
+    /// When the executor started the step (its end minus its measured wall time).
+    pub start: Instant,
+    /// When the step's output reached the scheduler.
+    pub end: Instant,
+    /// The prompt position of the chunk's first token.
+    pub position: u32,
+    pub tokens: u32,
+}
 
 /// A scheduling event, named as the span event says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,11 +54,14 @@ impl RequestEventKind {
     }
 }
 
-/// The events of one request, capped at [`MAX_EVENTS`].
+/// The events and prefill chunks of one request, capped at [`MAX_EVENTS`] and
+/// [`MAX_PREFILL_CHUNKS`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestEvents {
     pub events: Vec<(RequestEventKind, Instant)>,
     pub dropped_events: u32,
+    pub prefill_chunks: Vec<PrefillChunk>,
+    pub dropped_chunks: u32,
 }
 
 impl RequestEvents {
@@ -52,6 +70,14 @@ impl RequestEvents {
             self.events.push((kind, at));
         } else {
             self.dropped_events = self.dropped_events.saturating_add(1);
+        }
+    }
+
+    pub fn record_prefill_chunk(&mut self, chunk: PrefillChunk) {
+        if self.prefill_chunks.len() < MAX_PREFILL_CHUNKS {
+            self.prefill_chunks.push(chunk);
+        } else {
+            self.dropped_chunks = self.dropped_chunks.saturating_add(1);
         }
     }
 }
@@ -76,5 +102,16 @@ mod tests {
         }
         assert_eq!(events.events.len(), MAX_EVENTS);
         assert_eq!(events.dropped_events, 3);
+        let chunk = PrefillChunk {
+            start: now,
+            end: now,
+            position: 0,
+            tokens: 16,
+        };
+        for _ in 0..MAX_PREFILL_CHUNKS + 2 {
+            events.record_prefill_chunk(chunk);
+        }
+        assert_eq!(events.prefill_chunks.len(), MAX_PREFILL_CHUNKS);
+        assert_eq!(events.dropped_chunks, 2);
     }
 }

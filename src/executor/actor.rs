@@ -13,11 +13,9 @@ use std::time::Instant;
 use actix::{Actor, Addr, Handler, SyncArbiter, SyncContext};
 
 use super::Executor;
-use super::previous_samples::PreviousSamples;
+use super::step_runner::StepRunner;
 use crate::engine::health::EngineHealth;
-#[cfg(any(test, feature = "testing"))]
-use crate::engine::step::StepStage;
-use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput, SchedulerOutput};
+use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput};
 
 /// How the executor thread is supervised.
 #[derive(Debug, Clone)]
@@ -30,11 +28,11 @@ pub struct Supervision {
 
 pub struct ExecutorActor<E: Executor> {
     executor: E,
+    /// The step itself, and the samples it keeps for the step after.
+    runner: StepRunner,
     /// When the previous step ended: the time until the next one starts is the executor's
     /// idle gap, which overlapped scheduling exists to close.
     last_step_end: Option<Instant>,
-    /// What the last step sampled, for the placeholders of a step scheduled ahead.
-    previous_samples: PreviousSamples,
     supervision: Supervision,
     /// Restarts since the last step that succeeded.
     consecutive_restarts: u32,
@@ -53,7 +51,10 @@ impl<E: Executor> Handler<ExecuteBatch> for ExecutorActor<E> {
         }
         let start = Instant::now();
         self.supervision.health.step_started(start);
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.run_step(&msg)));
+        let idle = self.last_step_end.map(|end| start.duration_since(end));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.runner.run(&mut self.executor, &msg.batch, idle)
+        }));
         self.supervision.health.step_finished();
         let end = Instant::now();
         self.last_step_end = Some(end);
@@ -76,44 +77,17 @@ impl<E: Executor> ExecutorActor<E> {
     fn new(executor: E, supervision: Supervision) -> Self {
         Self {
             executor,
+            runner: StepRunner::default(),
             last_step_end: None,
-            previous_samples: PreviousSamples::default(),
             supervision,
             consecutive_restarts: 0,
         }
     }
 
-    /// One step, every stage of which may panic.
-    fn run_step(&mut self, msg: &ExecuteBatch) -> Result<ModelOutput, ExecutorError> {
-        let start = Instant::now();
-        let idle = self.last_step_end.map(|end| start.duration_since(end));
-        #[cfg(any(test, feature = "testing"))]
-        self.executor.checkpoint(StepStage::BeforeExecute, &msg.batch);
-        let resolved = self.previous_samples.resolve(&msg.batch);
-        // Those samples served this step only; a failed step leaves none behind.
-        self.previous_samples.clear();
-        let batch: Arc<SchedulerOutput> = resolved?;
-        #[cfg(any(test, feature = "testing"))]
-        self.executor.checkpoint(StepStage::Execute, &batch);
-        let mut output = self.executor.execute(&batch)?;
-        #[cfg(any(test, feature = "testing"))]
-        self.executor.checkpoint(StepStage::AfterExecute, &batch);
-        self.previous_samples.record(&batch, &output);
-        output.step_seconds = start.elapsed().as_secs_f64();
-        tracing::debug!(
-            sequences = batch.sequences.len(),
-            tokens = batch.num_tokens(),
-            busy_us = start.elapsed().as_micros() as u64,
-            idle_us = idle.map(|d| d.as_micros() as u64),
-            "executed a step"
-        );
-        Ok(output)
-    }
-
     /// Rebuilds the executor's state (a reset that panics is retried, each try counting as
     /// a restart) or, with restarts exhausted, marks the engine dead.
     fn restart(&mut self) -> ExecutorError {
-        self.previous_samples.clear();
+        self.runner.forget_samples();
         let health = &self.supervision.health;
         let mut restarts = 0;
         loop {

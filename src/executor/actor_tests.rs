@@ -8,7 +8,7 @@ use actix::Addr;
 use super::*;
 use crate::engine::health::EngineState;
 use crate::engine::sampling_params::SamplingParams;
-use crate::engine::step::ScheduledSequence;
+use crate::engine::step::{ScheduledSequence, SchedulerOutput, StepStage};
 use crate::executor::fake::{FakeBehaviour, FakeExecutor};
 
 const POISON: u32 = 7;

@@ -11,6 +11,7 @@ pub mod model_runner;
 pub mod previous_samples;
 pub mod prompt_logprobs;
 pub mod sampler;
+pub mod step_runner;
 
 pub use actor::{ExecutorActor, start_executor};
 

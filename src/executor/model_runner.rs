@@ -63,8 +63,10 @@ impl ModelRunner {
         self.forward(&batch.sequences)
     }
 
-    /// Swap-outs first: their device blocks may be reused by this very step.
+    /// Fork copies first (their sources may be reused by this very step), then swap-outs
+    /// (their device blocks may be too).
     fn swap(&mut self, batch: &SchedulerOutput) {
+        self.cache.copy_blocks(&batch.copy_blocks);
         self.host.swap_out(&self.cache, &batch.swap_out);
         self.host.swap_in(&mut self.cache, &batch.swap_in);
     }

@@ -10,11 +10,12 @@
 //! Invariants (the tests check them after every operation):
 //! - every device block is exactly one of: held (ref count > 0), plain free, or evictable (ref
 //!   count 0 but still cached); every host block is either free or held by one swapped request;
-//! - a block's ref count is the number of block tables holding it;
-//! - only full, computed blocks are cached, and only cached blocks are shared. A request appends
-//!   tokens at positions past its last full computed block, and `allocate_cached_prefix` pins
-//!   whole blocks only, so appends always land in blocks the request alone holds and that are
-//!   not cached.
+//! - a block's ref count is the number of block tables holding it, plus one for each copy
+//!   still to be handed to a step that reads it (`fork`);
+//! - only full, computed blocks are cached or shared. A request appends tokens at positions
+//!   past its last full computed block, and `allocate_cached_prefix` and `fork` share whole
+//!   blocks only (`fork` copies the partial one), so appends always land in blocks the request
+//!   alone holds and that are not cached.
 //!
 //! Allocation order: plain free blocks first (oldest freed first), then evictable cached blocks
 //! in LRU order. Unlike vLLM's single free queue, a warm prefix is never evicted while a block
@@ -75,10 +76,14 @@ impl PrefixCache {
         self.hash_of[block as usize].is_some()
     }
 
-    /// Caches `block` under `hash`, unless that hash already has a block (no duplicates).
-    /// Returns whether it did.
+    /// Caches `block` under `hash`, unless that hash already has a block (no duplicates) or
+    /// the block is cached already (another table sharing it registered it first). Returns
+    /// whether it did.
     fn insert(&mut self, block: u32, hash: BlockHash) -> bool {
-        debug_assert!(!self.is_cached(block), "block {block} cached twice");
+        if let Some(cached) = self.hash_of[block as usize] {
+            debug_assert_eq!(cached, hash, "block {block} cached under two hashes");
+            return false;
+        }
         if let Entry::Vacant(slot) = self.by_hash.entry(hash) {
             slot.insert(block);
             self.hash_of[block as usize] = Some(hash);
@@ -135,6 +140,9 @@ pub struct BlockManager {
     residency: Option<BlockResidency>,
     /// Prefix-cache changes for KV-cache events; `None` unless `record_kv_events` was called.
     events: Option<KvEventLog>,
+    /// Device copies (source, destination) made by `fork`, not yet handed to a step; each
+    /// source holds a reference until then, so it cannot be reused before it is read.
+    copies: Vec<(u32, u32)>,
 }
 
 impl BlockManager {
@@ -163,6 +171,7 @@ impl BlockManager {
             swapped: HashMap::new(),
             residency: None,
             events: None,
+            copies: Vec::new(),
         }
     }
 
@@ -184,6 +193,7 @@ impl BlockManager {
     /// Becomes `fresh` (the executor restarted with empty caches: every block, both pools and
     /// the prefix cache are forgotten), keeping the events not yet taken and recording
     /// `AllBlocksCleared` when recording.
+    /// Copies queued by `fork` are forgotten with the blocks they name.
     pub fn replace_after_restart(&mut self, fresh: BlockManager) {
         let mut events = self.events.take();
         *self = fresh;
@@ -280,6 +290,66 @@ impl BlockManager {
         Some(new)
     }
 
+    /// Gives `follower`, which holds no blocks, the first `tokens` computed tokens of
+    /// `leader`'s KV (the choices of one prompt compute it once): the full blocks among them
+    /// are shared, and the block holding the rest is copied into a fresh one, since the
+    /// follower writes its next token there (copy-on-write, made at once because that write
+    /// is the follower's next step). The copy is queued for `take_copies`. Returns whether it
+    /// forked; `false`, changing nothing, when the follower holds blocks (or is swapped), the
+    /// leader's table does not cover `tokens`, no block is free for the copy, or the block to
+    /// copy is itself a copy not yet made.
+    pub fn fork(&mut self, leader: &RequestId, follower: &RequestId, tokens: usize) -> bool {
+        let follower_holds = self.tables.get(follower).is_some_and(|t| !t.blocks.is_empty());
+        if tokens == 0 || leader == follower || follower_holds || self.swapped.contains_key(follower) {
+            return false;
+        }
+        let Some(source) = self
+            .tables
+            .get(leader)
+            .filter(|t| t.blocks.len() >= self.blocks_for(tokens))
+        else {
+            return false;
+        };
+        let full = tokens / self.block_size;
+        let partial = (!tokens.is_multiple_of(self.block_size)).then(|| source.blocks[full]);
+        // A partial block still waiting for its own copy has nothing to copy yet.
+        let unwritten = |block: u32| self.copies.iter().any(|&(_, destination)| destination == block);
+        if partial.is_some_and(|block| self.num_free_blocks() == 0 || unwritten(block)) {
+            return false;
+        }
+        let mut table = Table {
+            blocks: source.blocks[..full].to_vec(),
+            // The shared blocks' hashes, so `cache_full_blocks` does not hash them again.
+            hashes: source.hashes[..source.hashes.len().min(full)].to_vec(),
+        };
+        let now = Instant::now();
+        for &block in &table.blocks {
+            self.ref_cnt[block as usize] += 1;
+            if let Some(r) = &mut self.residency {
+                r.reused(block, now);
+            }
+        }
+        if let Some(partial) = partial {
+            let copy = self.take_block();
+            self.ref_cnt[partial as usize] += 1;
+            self.copies.push((partial, copy));
+            table.blocks.push(copy);
+        }
+        tracing::trace!(%leader, %follower, tokens, "forked");
+        self.tables.insert(follower.clone(), table);
+        true
+    }
+
+    /// The device copies `fork` queued, as (source, destination) pairs; the step they are
+    /// handed to must run them before anything else touches the cache (a source may be
+    /// reused by that same step once its reference is dropped here).
+    pub fn take_copies(&mut self) -> Vec<(u32, u32)> {
+        let copies = std::mem::take(&mut self.copies);
+        let sources: Vec<u32> = copies.iter().map(|&(source, _)| source).collect();
+        self.release(&sources);
+        copies
+    }
+
     /// One free block, held once. The caller checked `num_free_blocks`.
     fn take_block(&mut self) -> u32 {
         let (block, evicted) = match self.free.pop_front() {
@@ -337,8 +407,20 @@ impl BlockManager {
     /// last block is evicted before its prefix, which other requests are likelier to share.
     pub fn free(&mut self, id: &RequestId) {
         if let Some(table) = self.tables.remove(id) {
+            self.cancel_copies_into(&table.blocks);
             self.release(&table.blocks);
         }
+    }
+
+    /// Drops queued copies into `blocks` (their holder let go before any step ran them), so
+    /// a copy never lands in a block that was handed out again.
+    fn cancel_copies_into(&mut self, blocks: &[u32]) {
+        let (cancelled, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.copies)
+            .into_iter()
+            .partition(|(_, destination)| blocks.contains(destination));
+        self.copies = kept;
+        let sources: Vec<u32> = cancelled.iter().map(|&(source, _)| source).collect();
+        self.release(&sources);
     }
 
     fn release(&mut self, blocks: &[u32]) {
@@ -365,7 +447,12 @@ impl BlockManager {
     /// Cached blocks stay cached as evictable: their device contents are still valid.
     pub fn swap_out(&mut self, id: &RequestId) -> Option<Vec<(u32, u32)>> {
         let table = self.tables.get(id).filter(|t| !t.blocks.is_empty())?;
-        let shared = table.blocks.iter().any(|&b| self.ref_cnt[b as usize] > 1);
+        // A block still waiting for its fork copy holds nothing to swap yet.
+        let shared = table.blocks.iter().any(|&b| self.ref_cnt[b as usize] > 1)
+            || self
+                .copies
+                .iter()
+                .any(|(_, destination)| table.blocks.contains(destination));
         if shared || table.blocks.len() > self.cpu_free.len() {
             return None;
         }
@@ -451,6 +538,12 @@ impl BlockManager {
     }
 }
 
+#[cfg(test)]
+#[path = "block_manager_fork_tests.rs"]
+mod fork_tests;
+#[cfg(test)]
+#[path = "block_manager_model_tests.rs"]
+mod model_tests;
 #[cfg(test)]
 #[path = "block_manager_tests.rs"]
 mod tests;

@@ -148,6 +148,14 @@ impl<B: KvCacheOps> PagedKvCache<B> {
         }
     }
 
+    /// Copies whole device blocks, (source, destination) pairs, in order.
+    pub fn copy_blocks(&mut self, pairs: &[(u32, u32)]) {
+        for &(source, destination) in pairs {
+            let data = self.read_blocks(&[source]);
+            self.write_blocks(&[destination], &data);
+        }
+    }
+
     fn block_slots(&self, blocks: &[u32]) -> Tensor<B, 1, Int> {
         let bs = self.geometry.block_size;
         let slots: Vec<i64> = blocks

@@ -10,11 +10,11 @@ use std::time::Instant;
 use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, WrapFuture};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::in_flight::{NextStep, StepsInFlight};
 use super::policy::{Scheduler, StepResult};
+use super::step_loop::{StepFailure, StepLoop};
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::messages::{Abort, AbortReason, Generate};
-use crate::engine::step::{ExecuteBatch, ExecutorError, SchedulerOutput};
+use crate::engine::step::{ExecuteBatch, SchedulerOutput};
 use crate::engine::types::RequestId;
 use crate::kv_events::KvEventSender;
 use crate::stats::actor::{AdmissionRejected, EngineRestarted, RecordStep, StatsActor};
@@ -26,7 +26,7 @@ pub struct SchedulerActor {
     stats: Addr<StatsActor>,
     channels: HashMap<RequestId, UnboundedSender<TokenEvent>>,
     /// Steps sent to the executor and not answered: one running, one queued at most.
-    steps: StepsInFlight,
+    steps: StepLoop,
     /// Shutdown's grace period is over: new requests are refused.
     closed: bool,
     /// The KV-event publisher's queue (`--kv-events-config`).
@@ -40,7 +40,7 @@ impl SchedulerActor {
             executor,
             stats,
             channels: HashMap::new(),
-            steps: StepsInFlight::default(),
+            steps: StepLoop::default(),
             closed: false,
             kv_events: None,
         }
@@ -56,88 +56,42 @@ impl SchedulerActor {
         self
     }
 
-    /// Sends steps to the executor until it has as many as it should hold.
+    /// Sends steps to the executor until it has as many as it should hold (the step loop
+    /// the direct driver in `kiln::testing` runs too).
     fn step(&mut self, ctx: &mut Context<Self>) {
         self.abort_departed();
-        while let Some(batch) = self.next_batch() {
-            self.send(Arc::new(batch), ctx);
+        for batch in self.steps.step(&mut self.scheduler) {
+            self.send(batch, ctx);
         }
-    }
-
-    /// The next step to send: a normal one when the executor is idle, a look-ahead one
-    /// while it runs a step (async scheduling), else none.
-    fn next_batch(&mut self) -> Option<SchedulerOutput> {
-        if !self.scheduler.has_work() {
-            return None;
-        }
-        let batch = match self.steps.next(self.scheduler.config().async_scheduling) {
-            NextStep::Schedule => self.scheduler.schedule(Instant::now()),
-            NextStep::ScheduleAhead => self.scheduler.schedule_ahead(Instant::now())?,
-            NextStep::Wait => return None,
-        };
-        (!batch.is_empty()).then_some(batch)
     }
 
     fn send(&mut self, batch: Arc<SchedulerOutput>, ctx: &mut Context<Self>) {
-        self.steps.sent();
         let request = self.executor.send(ExecuteBatch {
             batch: Arc::clone(&batch),
         });
         ctx.spawn(request.into_actor(self).map(move |result, act, ctx| {
-            act.steps.returned(!matches!(result, Ok(Ok(_))));
-            let now = Instant::now();
-            let mut gone = Vec::new();
-            let step = match result {
-                Ok(Ok(mut output)) => {
-                    // Prompt logprobs go out first: they come before the request's tokens.
-                    let prompt = std::mem::take(&mut output.prompt_logprobs);
-                    gone = act.deliver(
-                        prompt
-                            .into_iter()
-                            .map(|(id, p)| (id, TokenEvent::PromptLogprobs(p)))
-                            .collect(),
-                    );
-                    act.scheduler.update_from_output(&batch, output, now)
-                }
-                Ok(Err(error)) => act.fail_step(error, now),
-                Err(mailbox) => act.fail_batch(EngineError::Executor(mailbox.to_string()), now),
+            let outcome = match result {
+                Ok(outcome) => outcome.map_err(StepFailure::Executor),
+                Err(mailbox) => Err(StepFailure::Lost(mailbox.to_string())),
             };
-            act.publish(step, gone);
+            let returned = act.steps.returned(&mut act.scheduler, &batch, outcome, Instant::now());
+            if returned.restarts > 0 {
+                act.stats.do_send(EngineRestarted {
+                    restarts: returned.restarts,
+                });
+            }
+            act.publish(returned.result);
             act.step(ctx);
         }));
     }
 
-    /// A step failed. After a panic the executor came back with an empty cache (or not at
-    /// all): the requests with KV state there fail and the prefix cache is forgotten.
-    fn fail_step(&mut self, error: ExecutorError, now: Instant) -> StepResult {
-        let engine_error = EngineError::Executor(error.to_string());
-        match error {
-            ExecutorError::Failed(_) => self.fail_batch(engine_error, now),
-            ExecutorError::Restarted { restarts } | ExecutorError::Dead { restarts } => {
-                tracing::error!(%engine_error, "failing the executor's requests, clearing the prefix cache");
-                if restarts > 0 {
-                    self.stats.do_send(EngineRestarted { restarts });
-                }
-                self.scheduler.reset_after_executor_restart(&engine_error, now)
-            }
-        }
-    }
-
-    /// The executor lost its cache state: every running request fails, including those in
-    /// a step queued behind the failed one.
-    fn fail_batch(&mut self, error: EngineError, now: Instant) -> StepResult {
-        tracing::error!(%error, "step failed; failing the running requests");
-        self.scheduler.fail_running(&error, now)
-    }
-
     /// Sends events to their requests and stats to the stats actor. A request whose client
-    /// has gone (its receiver is dropped; `gone` holds those found so earlier) is aborted at
-    /// once, and the stats it leaves follow.
-    fn publish(&mut self, step: StepResult, mut gone: Vec<RequestId>) {
+    /// has gone (its receiver is dropped) is aborted at once, and the stats it leaves follow.
+    fn publish(&mut self, step: StepResult) {
         if let Some(kv_events) = self.kv_events.as_mut() {
             kv_events.send(self.scheduler.take_kv_events());
         }
-        gone.extend(self.deliver(step.events));
+        let mut gone = self.deliver(step.events);
         gone.sort_unstable();
         gone.dedup();
         self.record(step.scheduler_stats, step.iteration_stats);
@@ -183,7 +137,7 @@ impl SchedulerActor {
             .collect();
         if !gone.is_empty() {
             let aborted = self.abort(gone, AbortReason::ClientGone);
-            self.publish(aborted, Vec::new());
+            self.publish(aborted);
         }
     }
 
@@ -242,7 +196,7 @@ impl Handler<Abort> for SchedulerActor {
     fn handle(&mut self, msg: Abort, ctx: &mut Context<Self>) {
         // Its final event, the gauges and its stats go out now, not at the next step.
         let aborted = self.abort([msg.id], msg.reason);
-        self.publish(aborted, Vec::new());
+        self.publish(aborted);
         self.step(ctx);
     }
 }
@@ -273,7 +227,7 @@ impl Handler<AbortAll> for SchedulerActor {
                 "shutdown grace period over; aborting the requests left"
             );
         }
-        self.publish(aborted, Vec::new());
+        self.publish(aborted);
         count
     }
 }

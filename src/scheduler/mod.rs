@@ -5,7 +5,9 @@ mod in_flight;
 pub mod policy;
 pub mod request;
 pub mod step_budget;
+pub mod step_loop;
 pub mod step_time;
 
 pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult, StepSharing};
 pub use request::NewRequest;
+pub use step_loop::{ReturnedStep, StepFailure, StepLoop};

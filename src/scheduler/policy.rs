@@ -180,6 +180,9 @@ impl Scheduler {
             let target = self.running[i].num_computed + num_new;
             let mut fits = true;
             while self.blocks.allocate_slots(&self.running[i].id, target).is_none() {
+                if self.release_waiting_forks() {
+                    continue;
+                }
                 let victim = self.running.len() - 1;
                 self.preempt(victim, &mut out, now);
                 preempted = true;
@@ -203,6 +206,7 @@ impl Scheduler {
                 self.admit_waiting(&mut out, &mut budget, now);
             }
         }
+        out.copy_blocks = self.blocks.take_copies();
         out
     }
 
@@ -248,6 +252,7 @@ impl Scheduler {
             out.sequences.push(Self::scheduled(&self.blocks, request, num_new));
         }
         self.admit_waiting(&mut out, &mut budget, now);
+        out.copy_blocks = self.blocks.take_copies();
         Some(out)
     }
 
@@ -328,6 +333,7 @@ impl Scheduler {
         );
         self.blocks.free(&request.id);
         request.num_computed = 0;
+        request.forked_prompt = false;
         tracing::debug!(id = %request.id, "preempted (recompute)");
         self.waiting.push_front(request);
     }
@@ -351,6 +357,7 @@ impl Scheduler {
             shape
         });
         self.step_time.observe(shape, output.step_seconds);
+        let step_seconds = output.step_seconds;
         let mut grammar_failures = output.grammar_failures;
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
             // A request aborted while its batch ran is already gone.
@@ -362,8 +369,11 @@ impl Scheduler {
             let start = request.num_computed;
             request.num_computed += seq.token_ids.len();
             request.in_flight.receive(seq.token_ids.len(), seq.sample);
-            iteration.num_prefill_tokens_computed +=
-                (request.num_computed.min(prompt_len) - start.min(prompt_len)) as u64;
+            let prompt_computed = request.num_computed.min(prompt_len) - start.min(prompt_len);
+            iteration.num_prefill_tokens_computed += prompt_computed as u64;
+            if prompt_computed > 0 {
+                request.note_prefill_chunk(now, step_seconds, start, prompt_computed);
+            }
             // Only a step that fills a block gives the prefix cache something new to register
             // (blocks brought back by swap-in are re-registered at their next filled block).
             let bs = self.config.block_size;
@@ -372,8 +382,14 @@ impl Scheduler {
                 self.blocks
                     .cache_full_blocks(&request.id, &tokens, request.num_computed);
             }
+            if start < prompt_len && request.prompt_computed() {
+                self.fork_into_waiting_siblings(index);
+            }
+            let request = &mut self.running[index];
             let Some(sampled) = sampled else { continue };
-            if !request.prefill_counted {
+            // A choice that forked its prompt from a sibling computed none of it but the
+            // last token: the sibling counts the prompt, once for the body.
+            if !request.prefill_counted && !request.forked_prompt {
                 request.prefill_counted = true;
                 iteration.num_prompt_tokens += prompt_len as u64;
                 let cached = request.cached_prompt_tokens.unwrap_or(0).min(prompt_len);
@@ -468,6 +484,8 @@ impl Scheduler {
 
     /// Fails every running request (the executor lost the batch and its cache state).
     pub fn fail_running(&mut self, error: &EngineError, now: Instant) -> StepResult {
+        // The lost step may have carried the copies of waiting choices' forked prompts.
+        self.release_waiting_forks();
         let mut result = StepResult::default();
         let mut iteration = std::mem::take(&mut self.pending);
         while !self.running.is_empty() {
@@ -532,6 +550,11 @@ mod kv_events;
 #[cfg(test)]
 #[path = "policy_progress_tests.rs"]
 mod progress_tests;
+#[path = "policy_prompt_sharing.rs"]
+mod prompt_sharing;
+#[cfg(test)]
+#[path = "policy_prompt_sharing_tests.rs"]
+mod prompt_sharing_tests;
 #[path = "policy_stats.rs"]
 mod stats;
 #[cfg(test)]

@@ -32,6 +32,9 @@ impl Scheduler {
         }
         let slots = self.config.max_num_seqs.saturating_sub(self.running.len());
         for request in self.waiting.iter().take(slots) {
+            if self.waits_for_sibling(request) {
+                continue;
+            }
             let remaining = request.total_len() - request.num_computed;
             if !sharing.is_long(remaining) {
                 budget.reserve(StepShape::chunk(remaining, request.num_computed));
@@ -64,6 +67,11 @@ impl Scheduler {
             .count();
         let mut index = 0;
         while budget.has_tokens() && self.running.len() < self.config.max_num_seqs && index < self.waiting.len() {
+            if self.waits_for_sibling(&self.waiting[index]) {
+                index += 1;
+                continue;
+            }
+            self.fork_from_running_sibling(index);
             let request = &mut self.waiting[index];
             if request.num_computed == 0 && self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
                 let tokens = request.tokens(0, request.total_len());
@@ -71,9 +79,12 @@ impl Scheduler {
             }
             let remaining = request.total_len() - request.num_computed;
             if !budget.may_admit(remaining, long_prefilling) {
-                // Give back any pinned prefix blocks; the lookup is repeated when it runs.
-                self.blocks.free(&request.id);
-                request.num_computed = 0;
+                // Give back any pinned prefix blocks; the lookup is repeated when it runs. A
+                // forked prompt is kept: it cannot be looked up again.
+                if !request.forked_prompt {
+                    self.blocks.free(&request.id);
+                    request.num_computed = 0;
+                }
                 index += 1;
                 continue;
             }
@@ -85,8 +96,10 @@ impl Scheduler {
                     .is_none()
             {
                 // Give back any pinned prefix blocks; the lookup is repeated next step.
-                self.blocks.free(&request.id);
-                request.num_computed = 0;
+                if !request.forked_prompt {
+                    self.blocks.free(&request.id);
+                    request.num_computed = 0;
+                }
                 break;
             }
             long_prefilling += usize::from(budget.is_long(remaining));

@@ -14,7 +14,8 @@ impl Scheduler {
         }
         let cached = request.num_computed.min(request.prompt.len());
         request.cached_prompt_tokens = Some(cached);
-        if self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
+        // A forked choice looked nothing up: its sibling's lookup counts for the body.
+        if self.config.enable_prefix_caching && request.params.reads_prefix_cache() && !request.forked_prompt {
             self.prefix_queries += request.total_len() as u64;
             self.prefix_hits += request.num_computed as u64;
         }

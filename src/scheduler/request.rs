@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::in_flight::InFlight;
 use crate::engine::intervals::RequestTimestamps;
 use crate::engine::sampling_params::SamplingParams;
-use crate::engine::timeline::{RequestEventKind, RequestEvents, RequestTimeline};
+use crate::engine::timeline::{PrefillChunk, RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
 use crate::kv_cache::block_hash::{BlockHash, hash_block};
@@ -35,6 +35,9 @@ pub(crate) struct Request {
     /// Prompt tokens found in the prefix cache at its first admission (`None` until then):
     /// the prefix-cache counters count one lookup per request, however often it is retried.
     pub cached_prompt_tokens: Option<usize>,
+    /// Its prompt's KV was forked from a sibling's (`policy_prompt_sharing`): the sibling
+    /// counted the prompt's tokens, so this choice does not again.
+    pub forked_prompt: bool,
     /// Hashes of the prompt's full blocks, computed once when first asked (the token-load
     /// gauges look them up in the prefix cache every step).
     prompt_block_hashes: OnceLock<Vec<BlockHash>>,
@@ -58,6 +61,7 @@ impl Request {
             in_flight: InFlight::default(),
             prefill_counted: false,
             cached_prompt_tokens: None,
+            forked_prompt: false,
             prompt_block_hashes: OnceLock::new(),
         }
     }
@@ -78,6 +82,20 @@ impl Request {
     pub fn note_scheduled(&mut self, at: Instant) {
         self.timestamps.scheduled.get_or_insert(at);
         self.note(RequestEventKind::Scheduled, at);
+    }
+
+    /// A step that ended at `end` after `step_seconds` computed `tokens` prompt tokens from
+    /// `position` (traced requests only: their phase spans).
+    pub fn note_prefill_chunk(&mut self, end: Instant, step_seconds: f64, position: usize, tokens: usize) {
+        if let Some(events) = &mut self.events {
+            let took = std::time::Duration::try_from_secs_f64(step_seconds).unwrap_or_default();
+            events.record_prefill_chunk(PrefillChunk {
+                start: end.checked_sub(took).unwrap_or(end),
+                end,
+                position: u32::try_from(position).unwrap_or(u32::MAX),
+                tokens: u32::try_from(tokens).unwrap_or(u32::MAX),
+            });
+        }
     }
 
     /// A token was sampled at `at`.
@@ -109,6 +127,21 @@ impl Request {
             }
             hashes
         })
+    }
+
+    /// Another choice of the same body on the same prompt: the API gives the choices of one
+    /// body a single `Arc` of their params (see `NewRequest::params`). Not when prompt
+    /// logprobs are asked for: every choice then computes every prompt position.
+    pub fn is_sibling_of(&self, other: &Request) -> bool {
+        self.id != other.id
+            && Arc::ptr_eq(&self.params, &other.params)
+            && self.params.reads_prefix_cache()
+            && self.prompt == other.prompt
+    }
+
+    /// Whether its whole prompt's K/V is in the cache.
+    pub fn prompt_computed(&self) -> bool {
+        self.num_computed >= self.prompt.len()
     }
 
     /// Prompt plus generated tokens.

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 
 use crate::api::auth::{ApiKeys, require_api_key};
 use crate::config::Config;
-use crate::stats::exemplars::ExemplarStore;
+use crate::stats::histogram_store::HistogramStore;
 use crate::stats::metrics_endpoint::metrics_response;
 
 /// Connections the kernel queues before kiln accepts them (actix's default).
@@ -95,7 +95,7 @@ pub fn send_buffer_setter(bytes: usize) -> impl Fn(&dyn std::any::Any, &mut acti
 pub fn start_metrics_listener(
     listen_on: &str,
     registry: prometheus::Registry,
-    exemplars: Arc<ExemplarStore>,
+    exemplars: Arc<HistogramStore>,
     keys: web::Data<ApiKeys>,
     tls: &Tls,
 ) -> anyhow::Result<SocketAddr> {

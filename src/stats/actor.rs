@@ -356,7 +356,7 @@ impl Instruments {
             attrs.push(KeyValue::new("error.type", t.clone()));
         }
         let h = &self.http;
-        h.request_duration.record(r.duration.as_secs_f64(), &attrs);
+        h.request_duration.record(r.duration.as_secs_f64(), &attrs, None);
         h.request_body_size.record(r.request_body_bytes, &attrs);
         h.response_body_size.record(r.response_body_bytes, &attrs);
         self.instrumentator.record(r);

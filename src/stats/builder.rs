@@ -7,8 +7,8 @@ use std::sync::Arc;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
 use super::buckets::HistogramBuckets;
-use super::exemplars::{ExemplarHistogram, ExemplarStore, TracedHistogram};
 use super::family::{HistogramSpec, Spec, engine_metric_name};
+use super::histogram_store::{ExemplarHistogram, HistogramStore, LatencyHistogram};
 
 /// What the instruments depend on besides the meter.
 #[derive(Debug, Clone)]
@@ -102,9 +102,15 @@ impl<'a> InstrumentBuilder<'a> {
             .build()
     }
 
-    /// A latency histogram whose traced observations become exemplars in `store`.
-    pub fn traced_histogram(&self, h: HistogramSpec, store: &Arc<ExemplarStore>) -> TracedHistogram {
-        let exemplars = ExemplarHistogram::new(&self.name(&h.spec), h.spec.unit, self.cfg.buckets.bounds(h.buckets));
-        TracedHistogram::new(self.histogram_f64(h), exemplars, store.clone())
+    /// A latency histogram over its family's configured buckets, with native buckets and
+    /// exemplars kept in `store`.
+    pub fn latency_histogram(&self, h: HistogramSpec, store: &Arc<HistogramStore>) -> LatencyHistogram {
+        self.latency_histogram_with(h.spec, &self.cfg.buckets.bounds(h.buckets), store)
+    }
+
+    /// A latency histogram over fixed bounds, with native buckets and exemplars in `store`.
+    pub fn latency_histogram_with(&self, s: Spec, bounds: &[f64], store: &Arc<HistogramStore>) -> LatencyHistogram {
+        let series = ExemplarHistogram::new(&self.name(&s), s.unit, bounds.to_vec());
+        LatencyHistogram::new(self.histogram_f64_with(s, bounds), series, store.clone())
     }
 }

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use super::boxed_reader::BoxedReader;
 use super::buckets::{BucketError, HistogramBuckets};
 use super::builder::InstrumentsConfig;
-use super::exemplars::{ExemplarSnapshot, ExemplarStore};
 use super::exposition::{ExpositionFormat, encode};
+use super::histogram_store::{HistogramSnapshot, HistogramStore};
 use super::instruments::Instruments;
 use super::push_histograms::{HistogramAggregation, PushTelemetry, exponential_view};
 use super::service_resource::service_resource;
@@ -103,7 +103,7 @@ pub struct Telemetry {
     pub registry: Registry,
     pub provider: Option<SdkMeterProvider>,
     pub instruments: Option<Arc<Instruments>>,
-    pub exemplars: Arc<ExemplarStore>,
+    pub exemplars: Arc<HistogramStore>,
     /// Push readers on a provider of their own (exponential histograms); else they share
     /// `provider`.
     pub push: Option<PushTelemetry>,
@@ -226,13 +226,8 @@ pub fn render_metrics(registry: &Registry) -> Result<String, TelemetryError> {
     Ok(encode(
         &registry.gather(),
         ExpositionFormat::PrometheusText,
-        &ExemplarSnapshot::default(),
+        &HistogramSnapshot::default(),
     ))
-}
-
-/// Renders the registry in `format`, with `exemplars` where the format carries them.
-pub fn render_metrics_as(registry: &Registry, exemplars: &ExemplarStore, format: ExpositionFormat) -> String {
-    encode(&registry.gather(), format, &exemplars.snapshot())
 }
 
 /// The one rule for an engine metric prefix: the start of a Prometheus name,

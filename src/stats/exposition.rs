@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
 
-use super::exemplars::{Exemplar, ExemplarSnapshot, SeriesExemplars};
+use super::histogram_store::{Exemplar, HistogramSnapshot, SeriesExemplars};
 
 /// The formats `/metrics` can answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +34,7 @@ impl ExpositionFormat {
 }
 
 /// Writes `families` in `format`; `exemplars` are written only in OpenMetrics.
-pub fn encode(families: &[MetricFamily], format: ExpositionFormat, exemplars: &ExemplarSnapshot) -> String {
+pub fn encode(families: &[MetricFamily], format: ExpositionFormat, exemplars: &HistogramSnapshot) -> String {
     let mut out = String::with_capacity(16 * 1024);
     let mut writer = SampleWriter { out: &mut out, format };
     for family in families {
@@ -53,7 +53,7 @@ struct SampleWriter<'a> {
 }
 
 impl SampleWriter<'_> {
-    fn family(&mut self, family: &MetricFamily, exemplars: &ExemplarSnapshot) {
+    fn family(&mut self, family: &MetricFamily, exemplars: &HistogramSnapshot) {
         let name = family.name();
         let om = self.format == ExpositionFormat::OpenMetrics;
         let (kind, family_name) = match family.get_field_type() {
@@ -77,7 +77,7 @@ impl SampleWriter<'_> {
                 MetricType::UNTYPED => self.sample(name, "", metric, None, metric.untyped.value()),
                 MetricType::HISTOGRAM => {
                     let series = if om {
-                        exemplars.series(name, metric.get_label())
+                        exemplars.series(name, metric.get_label()).map(|s| &s.exemplars)
                     } else {
                         None
                     };

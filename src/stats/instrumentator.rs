@@ -14,9 +14,12 @@
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Histogram};
 
+use std::sync::Arc;
+
 use super::builder::InstrumentBuilder;
 use super::data::RecordHttp;
 use super::family::instrumentator as specs;
+use super::histogram_store::{HistogramStore, LatencyHistogram};
 
 /// Handlers vLLM excludes from the instrumentator, plus kiln's readiness probe.
 pub const EXCLUDED_HANDLERS: [&str; 7] = [
@@ -38,8 +41,8 @@ pub const HIGHR_BUCKETS: [f64; 21] = [
 
 pub(super) struct InstrumentatorInstruments {
     requests: Counter<u64>,
-    duration: Histogram<f64>,
-    duration_highr: Histogram<f64>,
+    duration: LatencyHistogram,
+    duration_highr: LatencyHistogram,
     request_size: Histogram<u64>,
     response_size: Histogram<u64>,
 }
@@ -58,11 +61,11 @@ pub fn grouped_status(status: Option<u16>) -> &'static str {
 
 impl InstrumentatorInstruments {
     /// `b` builds unprefixed instruments: these are the instrumentator's own names.
-    pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
+    pub(super) fn new(b: &InstrumentBuilder<'_>, store: &Arc<HistogramStore>) -> Self {
         Self {
             requests: b.counter(specs::REQUESTS),
-            duration: b.histogram_f64_with(specs::DURATION, &LOWR_BUCKETS),
-            duration_highr: b.histogram_f64_with(specs::DURATION_HIGHR, &HIGHR_BUCKETS),
+            duration: b.latency_histogram_with(specs::DURATION, &LOWR_BUCKETS, store),
+            duration_highr: b.latency_histogram_with(specs::DURATION_HIGHR, &HIGHR_BUCKETS, store),
             // No bound but +Inf: the instrumentator's summaries, read through _sum and _count.
             request_size: b.histogram_u64_with(specs::REQUEST_SIZE, &[]),
             response_size: b.histogram_u64_with(specs::RESPONSE_SIZE, &[]),
@@ -79,8 +82,8 @@ impl InstrumentatorInstruments {
         let status = KeyValue::new("status", grouped_status(r.status));
         let seconds = r.duration.as_secs_f64();
         self.requests.add(1, &[handler.clone(), method.clone(), status]);
-        self.duration.record(seconds, &[handler.clone(), method]);
-        self.duration_highr.record(seconds, &[]);
+        self.duration.record(seconds, &[handler.clone(), method], None);
+        self.duration_highr.record(seconds, &[], None);
         self.request_size
             .record(r.request_body_bytes, std::slice::from_ref(&handler));
         self.response_size.record(r.response_body_bytes, &[handler]);

@@ -7,8 +7,8 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 use std::sync::Arc;
 
 use super::builder::{InstrumentBuilder, InstrumentsConfig};
-use super::exemplars::{ExemplarStore, TracedHistogram};
 use super::family::{ENGINE_INDEX, GEN_AI_PROVIDER, engine, gen_ai, http, kiln};
+use super::histogram_store::{HistogramStore, LatencyHistogram};
 use crate::engine::types::{FinishReason, Operation};
 
 /// Engine instruments, built with the configured prefix.
@@ -30,14 +30,14 @@ pub(super) struct EngineInstruments {
     pub prefix_cache_hits: Counter<u64>,
     pub admission_rejections: Counter<u64>,
     pub engine_restarts: Counter<u64>,
-    pub time_to_first_token: TracedHistogram,
-    pub inter_token_latency: TracedHistogram,
-    pub time_per_output_token: TracedHistogram,
-    pub e2e_request_latency: TracedHistogram,
-    pub request_queue_time: TracedHistogram,
-    pub request_prefill_time: TracedHistogram,
-    pub request_decode_time: TracedHistogram,
-    pub request_inference_time: TracedHistogram,
+    pub time_to_first_token: LatencyHistogram,
+    pub inter_token_latency: LatencyHistogram,
+    pub time_per_output_token: LatencyHistogram,
+    pub e2e_request_latency: LatencyHistogram,
+    pub request_queue_time: LatencyHistogram,
+    pub request_prefill_time: LatencyHistogram,
+    pub request_decode_time: LatencyHistogram,
+    pub request_inference_time: LatencyHistogram,
     pub request_prompt_tokens: Histogram<u64>,
     pub request_generation_tokens: Histogram<u64>,
     pub request_params_max_tokens: Histogram<u64>,
@@ -47,13 +47,13 @@ pub(super) struct EngineInstruments {
 }
 
 pub(super) struct GenAiInstruments {
-    pub request_duration: TracedHistogram,
-    pub time_to_first_token: TracedHistogram,
-    pub time_per_output_token: TracedHistogram,
+    pub request_duration: LatencyHistogram,
+    pub time_to_first_token: LatencyHistogram,
+    pub time_per_output_token: LatencyHistogram,
 }
 
 pub(super) struct HttpInstruments {
-    pub request_duration: Histogram<f64>,
+    pub request_duration: LatencyHistogram,
     pub active_requests: UpDownCounter<i64>,
     pub request_body_size: Histogram<u64>,
     pub response_body_size: Histogram<u64>,
@@ -70,7 +70,7 @@ pub struct Instruments {
     pub(super) flagged: super::flagged::FlaggedInstruments,
     pub(super) structured: super::structured::StructuredOutputInstruments,
     /// Where the latency histograms keep their exemplars; `/metrics` snapshots it.
-    pub(super) exemplar_store: Arc<ExemplarStore>,
+    pub(super) exemplar_store: Arc<HistogramStore>,
     pub(super) step_duration: super::step_duration::StepDurationInstrument,
     pub(super) token_load: super::token_load::TokenLoadInstruments,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
@@ -104,7 +104,7 @@ impl Instruments {
     pub fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>) -> Self {
         let b = InstrumentBuilder::new(meter, cfg);
         let fixed = b.unprefixed();
-        let exemplar_store = Arc::new(ExemplarStore::default());
+        let exemplar_store = Arc::new(HistogramStore::default());
         use engine as e;
         let engine = EngineInstruments {
             num_requests_running: b.gauge_u64(e::NUM_REQUESTS_RUNNING),
@@ -124,14 +124,14 @@ impl Instruments {
             prefix_cache_hits: b.counter(e::PREFIX_CACHE_HITS),
             admission_rejections: b.counter(e::ADMISSION_REJECTIONS),
             engine_restarts: fixed.counter(kiln::ENGINE_RESTARTS),
-            time_to_first_token: b.traced_histogram(e::TIME_TO_FIRST_TOKEN, &exemplar_store),
-            inter_token_latency: b.traced_histogram(e::INTER_TOKEN_LATENCY, &exemplar_store),
-            time_per_output_token: b.traced_histogram(e::TIME_PER_OUTPUT_TOKEN, &exemplar_store),
-            e2e_request_latency: b.traced_histogram(e::E2E_REQUEST_LATENCY, &exemplar_store),
-            request_queue_time: b.traced_histogram(e::REQUEST_QUEUE_TIME, &exemplar_store),
-            request_prefill_time: b.traced_histogram(e::REQUEST_PREFILL_TIME, &exemplar_store),
-            request_decode_time: b.traced_histogram(e::REQUEST_DECODE_TIME, &exemplar_store),
-            request_inference_time: b.traced_histogram(e::REQUEST_INFERENCE_TIME, &exemplar_store),
+            time_to_first_token: b.latency_histogram(e::TIME_TO_FIRST_TOKEN, &exemplar_store),
+            inter_token_latency: b.latency_histogram(e::INTER_TOKEN_LATENCY, &exemplar_store),
+            time_per_output_token: b.latency_histogram(e::TIME_PER_OUTPUT_TOKEN, &exemplar_store),
+            e2e_request_latency: b.latency_histogram(e::E2E_REQUEST_LATENCY, &exemplar_store),
+            request_queue_time: b.latency_histogram(e::REQUEST_QUEUE_TIME, &exemplar_store),
+            request_prefill_time: b.latency_histogram(e::REQUEST_PREFILL_TIME, &exemplar_store),
+            request_decode_time: b.latency_histogram(e::REQUEST_DECODE_TIME, &exemplar_store),
+            request_inference_time: b.latency_histogram(e::REQUEST_INFERENCE_TIME, &exemplar_store),
             request_prompt_tokens: b.histogram_u64(e::REQUEST_PROMPT_TOKENS),
             request_generation_tokens: b.histogram_u64(e::REQUEST_GENERATION_TOKENS),
             request_params_max_tokens: b.histogram_u64(e::REQUEST_PARAMS_MAX_TOKENS),
@@ -140,12 +140,12 @@ impl Instruments {
             iteration_tokens: b.histogram_u64(e::ITERATION_TOKENS),
         };
         let gen_ai = GenAiInstruments {
-            request_duration: fixed.traced_histogram(gen_ai::REQUEST_DURATION, &exemplar_store),
-            time_to_first_token: fixed.traced_histogram(gen_ai::TIME_TO_FIRST_TOKEN, &exemplar_store),
-            time_per_output_token: fixed.traced_histogram(gen_ai::TIME_PER_OUTPUT_TOKEN, &exemplar_store),
+            request_duration: fixed.latency_histogram(gen_ai::REQUEST_DURATION, &exemplar_store),
+            time_to_first_token: fixed.latency_histogram(gen_ai::TIME_TO_FIRST_TOKEN, &exemplar_store),
+            time_per_output_token: fixed.latency_histogram(gen_ai::TIME_PER_OUTPUT_TOKEN, &exemplar_store),
         };
         let http = HttpInstruments {
-            request_duration: fixed.histogram_f64(http::REQUEST_DURATION),
+            request_duration: fixed.latency_histogram(http::REQUEST_DURATION, &exemplar_store),
             active_requests: fixed.up_down_counter(http::ACTIVE_REQUESTS),
             request_body_size: fixed.histogram_u64(http::REQUEST_BODY_SIZE),
             response_body_size: fixed.histogram_u64(http::RESPONSE_BODY_SIZE),
@@ -183,7 +183,7 @@ impl Instruments {
             gen_ai,
             http,
             prompt_source,
-            instrumentator: super::instrumentator::InstrumentatorInstruments::new(&fixed),
+            instrumentator: super::instrumentator::InstrumentatorInstruments::new(&fixed, &exemplar_store),
             flagged: super::flagged::FlaggedInstruments::new(&b),
             structured: super::structured::StructuredOutputInstruments::new(&fixed, &model),
             step_duration: super::step_duration::StepDurationInstrument::new(&fixed),

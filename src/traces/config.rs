@@ -44,6 +44,29 @@ impl SamplerSpec {
     }
 }
 
+/// How much of a request its trace shows (`--otlp-traces-detail`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TracesDetail {
+    /// One span per request (and per engine request of a fanned-out body), with scheduling
+    /// events: vLLM's shape.
+    #[default]
+    Request,
+    /// Also a child span for the time in the queue, one per prefill chunk and one for decode.
+    Phases,
+}
+
+impl std::str::FromStr for TracesDetail {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "request" => Ok(Self::Request),
+            "phases" => Ok(Self::Phases),
+            other => Err(format!("{other:?} is not a traces detail (expected request or phases)")),
+        }
+    }
+}
+
 /// A traces setting that cannot be used; each names the variable or flag at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum TracesConfigError {
@@ -79,6 +102,7 @@ pub struct TracesConfig {
     pub sampler: SamplerSpec,
     /// Spans waiting for export; a full queue drops new spans and counts them.
     pub queue_size: usize,
+    pub detail: TracesDetail,
 }
 
 /// kiln's own traces settings (flags or config file); the standard variables fill the rest.
@@ -89,6 +113,8 @@ pub struct TracesSettings {
     /// `--otlp-traces-protocol`.
     pub protocol: Option<OtlpProtocol>,
     pub queue_size: Option<usize>,
+    /// `--otlp-traces-detail`.
+    pub detail: TracesDetail,
 }
 
 /// The traces config from kiln's settings over the standard variables (read through
@@ -126,6 +152,7 @@ pub fn traces_config_from_lookup(
         otlp,
         sampler: sampler_from_lookup(&lookup)?,
         queue_size,
+        detail: settings.detail,
     }))
 }
 
@@ -304,6 +331,7 @@ mod tests {
             endpoint: Some("http://flag:4318/v1/traces".into()),
             protocol: None,
             queue_size: Some(7),
+            ..Default::default()
         };
         let cfg = traces_config_from_lookup(&flags, env(&vars)).unwrap().unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://flag:4318/v1/traces");
@@ -316,6 +344,7 @@ mod tests {
             endpoint: Some("http://x:4318/v1/traces".into()),
             protocol: None,
             queue_size: Some(0),
+            ..Default::default()
         };
         assert!(matches!(
             traces_config_from_lookup(&flags, env(&[])),
@@ -333,7 +362,7 @@ mod tests {
         TracesSettings {
             endpoint: Some(endpoint.into()),
             protocol,
-            queue_size: None,
+            ..Default::default()
         }
     }
 

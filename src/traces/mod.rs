@@ -4,7 +4,9 @@
 
 pub mod config;
 pub mod export;
+pub mod phase_spans;
 pub mod span;
+pub mod wall_clock;
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use crate::stats::otlp::OtlpError;
 use crate::stats::span_exports::SpanExportCounters;
-use config::TracesConfig;
+use config::{TracesConfig, TracesDetail};
 use export::SpanQueue;
 use span::{RequestSpans, SERVER_SPAN_NAME, SpanPlan, WallClock};
 
@@ -28,6 +30,7 @@ pub struct Tracer {
     clock: WallClock,
     scope: InstrumentationScope,
     queue: SpanQueue,
+    detail: TracesDetail,
 }
 
 impl Tracer {
@@ -41,6 +44,7 @@ impl Tracer {
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
             queue: SpanQueue::start(cfg, resource, counters)?,
+            detail: cfg.detail,
         })
     }
 
@@ -81,7 +85,8 @@ impl Tracer {
 
     /// Builds the request's spans and queues them for export (never blocks).
     pub fn finish(&self, request: RequestSpans) {
-        self.queue.push(request.build(&self.clock, &self.scope));
+        let phase_ids = (self.detail == TracesDetail::Phases).then_some(&self.ids as &dyn IdGenerator);
+        self.queue.push(request.build(&self.clock, &self.scope, phase_ids));
     }
 
     /// Exports what is queued, waiting at most `timeout` (the collector may be gone).

@@ -6,11 +6,14 @@
 //! `gen_ai.latency.*`) plus the GenAI semantic-convention names; no prompt or completion text.
 
 use std::borrow::Cow;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use opentelemetry::trace::{Event, SpanContext, SpanId, SpanKind, Status, TraceFlags};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, StringValue, Value};
-use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry_sdk::trace::{IdGenerator, SpanData, SpanEvents, SpanLinks};
+
+use super::phase_spans::{PhaseParent, phase_spans};
+pub use super::wall_clock::WallClock;
 
 use crate::engine::events::TokenUsage;
 use crate::engine::intervals::RequestIntervals;
@@ -21,30 +24,6 @@ use crate::engine::types::FinishReason;
 pub const SERVER_SPAN_NAME: &str = "llm_request";
 /// The name of each engine request's span when a body fans out.
 pub const CHOICE_SPAN_NAME: &str = "llm_request.choice";
-
-/// Instants to wall-clock times, from one anchor taken once: every span time goes through
-/// here, so spans agree with each other and with the histograms' intervals.
-#[derive(Debug, Clone, Copy)]
-pub struct WallClock {
-    instant: Instant,
-    system: SystemTime,
-}
-
-impl WallClock {
-    pub fn now() -> Self {
-        Self {
-            instant: Instant::now(),
-            system: SystemTime::now(),
-        }
-    }
-
-    pub fn at(&self, instant: Instant) -> SystemTime {
-        match instant.checked_duration_since(self.instant) {
-            Some(after) => self.system + after,
-            None => self.system - self.instant.duration_since(instant),
-        }
-    }
-}
 
 /// The span identity of a sampled request, decided at arrival.
 #[derive(Debug, Clone)]
@@ -118,8 +97,26 @@ pub struct RequestSpans {
 }
 
 impl RequestSpans {
-    /// The SERVER span, then one child per engine request when the body fans out.
-    pub fn build(self, clock: &WallClock, scope: &InstrumentationScope) -> Vec<SpanData> {
+    /// The SERVER span, then one child per engine request when the body fans out; with
+    /// `phase_ids` (`--otlp-traces-detail phases`), each engine request's phase spans too.
+    pub fn build(
+        self,
+        clock: &WallClock,
+        scope: &InstrumentationScope,
+        phase_ids: Option<&dyn IdGenerator>,
+    ) -> Vec<SpanData> {
+        let phases_of = |context: &SpanContext, end: Option<&EngineRequestEnd>| {
+            let (Some(ids), Some(timeline)) = (phase_ids, end.and_then(|e| e.timeline.as_deref())) else {
+                return Vec::new();
+            };
+            let parent = PhaseParent {
+                context,
+                clock,
+                scope,
+                ids,
+            };
+            phase_spans(&parent, timeline)
+        };
         let completion_tokens: usize = self
             .engine_requests
             .iter()
@@ -183,10 +180,17 @@ impl RequestSpans {
         };
         let server_span_id = server.span_context.span_id();
         let mut spans = vec![server];
+        if !fans_out {
+            spans.extend(phases_of(
+                &self.plan.context,
+                self.engine_requests.first().and_then(|r| r.end.as_ref()),
+            ));
+        }
         for mut request in self.engine_requests {
             let Some(context) = request.context.take() else {
                 continue;
             };
+            let phases = phases_of(&context, request.end.as_ref());
             spans.push(child_span(
                 context,
                 server_span_id,
@@ -196,6 +200,7 @@ impl RequestSpans {
                 clock,
                 scope,
             ));
+            spans.extend(phases);
         }
         spans
     }

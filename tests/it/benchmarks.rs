@@ -185,6 +185,8 @@ fn bench_engine_reports_prefill_decode_and_both_kernels() {
         json_path.to_str().expect("utf-8 path"),
     ]));
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    // The server's step loop, with its default async scheduling, is what was measured.
+    assert_eq!(report["async_scheduling"], true, "{report}");
     for phase in ["prefill", "decode_1", "decode_8", "decode_32"] {
         let tok_s = report[phase]["tok_s"]
             .as_f64()

@@ -390,3 +390,59 @@ fn a_full_queue_drops_spans_and_counts_them() {
     let dropped = sample(&scrape(&kiln), "kiln_otlp_spans_dropped_total");
     assert!(dropped >= 1.0, "dropped {dropped}");
 }
+
+#[test]
+#[ignore = "needs rotel (KILN_TEST_ROTEL)"]
+fn phases_detail_adds_queue_prefill_chunk_and_decode_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(dir.path(), false);
+    // 16 tokens a step (and no step-time budget to cut them shorter): the chat prompt
+    // prefills in several chunks.
+    let kiln = Launch::default()
+        .arg(
+            "--otlp-traces-endpoint",
+            &format!("http://127.0.0.1:{}/v1/traces", rotel.port),
+        )
+        .arg("--otlp-traces-detail", "phases")
+        .arg("--max-num-batched-tokens", "16")
+        .arg("--max-num-seqs", "4")
+        .arg("--max-step-ms", "0")
+        .start();
+    let trace_id = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let body = json!({
+        "messages": [{"role": "user", "content": "Name three colours of the rainbow, please."}],
+        "max_tokens": 4,
+    });
+    let (_, response) = chat(&kiln, Some(&format!("00-{trace_id}-6666666666666666-01")), None, body);
+    let prompt_tokens = response["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        prompt_tokens > 16,
+        "the prompt needs more than one chunk: {prompt_tokens}"
+    );
+    let chunks = prompt_tokens.div_ceil(16) as usize;
+    // The server span, its queue span, one span per chunk and the decode span.
+    let spans = spans_of(&rotel, trace_id, 3 + chunks);
+    let server = spans.iter().find(|s| s.name == "llm_request").expect("server span");
+    let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
+    assert_eq!(named("llm_request.queue").len(), 1);
+    assert_eq!(named("llm_request.decode").len(), 1);
+    let prefill = named("llm_request.prefill");
+    assert_eq!(prefill.len(), chunks, "{spans:?}");
+    let mut positions: Vec<(u64, u64)> = prefill
+        .iter()
+        .map(|s| (s.int("kiln.prefill.position"), s.int("kiln.prefill.tokens")))
+        .collect();
+    positions.sort_unstable();
+    // The chunks tile the prompt: each starts where the one before ended, none over 16.
+    let mut next = 0;
+    for (position, tokens) in positions {
+        assert_eq!(position, next);
+        assert!((1..=16).contains(&tokens));
+        next += tokens;
+    }
+    assert_eq!(next, prompt_tokens);
+    for phase in spans.iter().filter(|s| s.name != "llm_request") {
+        assert_eq!(phase.parent_id, server.id, "{phase:?}");
+        assert_eq!(phase.kind, "SPAN_KIND_INTERNAL");
+    }
+}

@@ -240,7 +240,7 @@ mod openmetrics {
             family("mystery", "", MetricType::UNTYPED, untyped),
             family("low", "lowest", MetricType::GAUGE, gauge),
         ];
-        let none = ExemplarSnapshot::default();
+        let none = HistogramSnapshot::default();
         let om = encode(&families, ExpositionFormat::OpenMetrics, &none);
         assert_eq!(
             om,

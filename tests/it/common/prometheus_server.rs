@@ -29,6 +29,12 @@ impl PrometheusServer {
         Self::launch(job, targets, "", &["--enable-feature=exemplar-storage"])
     }
 
+    /// As [`start`](Self::start), with native histograms on: Prometheus then asks for the
+    /// protobuf exposition first.
+    pub fn start_with_native_histograms(job: &str, targets: &[String]) -> Self {
+        Self::launch(job, targets, "", &["--enable-feature=native-histograms"])
+    }
+
     fn launch(job: &str, targets: &[String], job_settings: &str, extra_args: &[&str]) -> Self {
         let binary = super::tool("KILN_TEST_PROMETHEUS");
         let dir = tempfile::tempdir().expect("tempdir");
@@ -68,6 +74,22 @@ impl PrometheusServer {
         let body: Value = resp.json().expect("Prometheus answers JSON");
         assert_ne!(body["status"], "error", "Prometheus rejected {query}: {body}");
         body["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until Prometheus answers its readiness probe (queries fail before that).
+    pub fn wait_ready(&self, client: &reqwest::blocking::Client) {
+        let ready = format!("http://127.0.0.1:{}/-/ready", self.port);
+        super::wait::wait_until("Prometheus ready", || {
+            client.get(&ready).send().is_ok_and(|r| r.status().is_success())
+        });
+    }
+
+    /// The single value of `query`'s instant vector, once it has exactly one series.
+    pub fn scalar(&self, client: &reqwest::blocking::Client, query: &str) -> Option<f64> {
+        match self.query(client, query).as_slice() {
+            [one] => one["value"][1].as_str()?.parse().ok(),
+            _ => None,
+        }
     }
 
     /// `/api/v1/query_exemplars` for `query` over the last hour: each exemplar beside its

@@ -1,8 +1,11 @@
-//! The latest exemplar of each histogram series and bucket. The OpenTelemetry SDK (0.33)
-//! records no exemplars and the `prometheus` crate writes no OpenMetrics, so kiln keeps them
-//! itself: the stats actor records traced observations here, and `/metrics` reads a
-//! snapshot when it answers in OpenMetrics. Memory is fixed by label cardinality: one slot
-//! per bucket of each series, overwritten by the next traced observation in that bucket.
+//! What the Prometheus exporter does not keep for a latency histogram's series, kept beside it:
+//! the latest exemplar of each bucket, and the series' native (sparse exponential) buckets.
+//! The OpenTelemetry SDK (0.33) records no exemplars and the `prometheus` crate knows no native
+//! histograms, so the stats actor records every observation here too ([`LatencyHistogram`]),
+//! and `/metrics` reads a snapshot: exemplars in OpenMetrics and protobuf, native buckets in
+//! protobuf. Memory is fixed by label cardinality: per series, one exemplar slot per bucket
+//! (overwritten by the next traced observation in it) and at most
+//! [`MAX_BUCKETS`](super::native_buckets::MAX_BUCKETS) native buckets.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,6 +15,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::Histogram;
 use prometheus::proto::LabelPair;
 
+use super::native_buckets::NativeBuckets;
 use crate::engine::trace_context::TraceContext;
 
 /// A traced observation that stands for its bucket.
@@ -23,7 +27,7 @@ pub struct Exemplar {
     pub timestamp_s: f64,
 }
 
-/// A histogram that carries exemplars: its exposed family name and its bucket bounds.
+/// A latency histogram as the store knows it: its exposed family name and its bucket bounds.
 #[derive(Debug, Clone)]
 pub struct ExemplarHistogram {
     family: Arc<str>,
@@ -74,18 +78,25 @@ impl SeriesExemplars {
     }
 }
 
+/// Everything kept for one series.
+#[derive(Debug, Clone)]
+pub struct SeriesState {
+    pub exemplars: SeriesExemplars,
+    pub native: NativeBuckets,
+}
+
 /// Label pairs as exposed (names sanitized), sorted by name: a series' identity.
 type LabelKey = Vec<(String, String)>;
 
-/// A copy of every series' exemplars, read by the encoder without holding the store's lock.
+/// A copy of every series' state, read by the encoders without holding the store's lock.
 #[derive(Debug, Clone, Default)]
-pub struct ExemplarSnapshot {
-    families: HashMap<Arc<str>, HashMap<LabelKey, SeriesExemplars>>,
+pub struct HistogramSnapshot {
+    families: HashMap<Arc<str>, HashMap<LabelKey, SeriesState>>,
 }
 
-impl ExemplarSnapshot {
-    /// The exemplars of family `family`'s series with exactly `labels`, if any was recorded.
-    pub fn series(&self, family: &str, labels: &[LabelPair]) -> Option<&SeriesExemplars> {
+impl HistogramSnapshot {
+    /// The state of family `family`'s series with exactly `labels`, if it was observed.
+    pub fn series(&self, family: &str, labels: &[LabelPair]) -> Option<&SeriesState> {
         let series = self.families.get(family)?;
         let mut key: LabelKey = labels
             .iter()
@@ -95,7 +106,7 @@ impl ExemplarSnapshot {
         series.get(&key)
     }
 
-    /// How many series hold at least one slot (bounded by label cardinality).
+    /// How many series were observed (bounded by label cardinality).
     pub fn series_count(&self) -> usize {
         self.families.values().map(HashMap::len).sum()
     }
@@ -103,17 +114,15 @@ impl ExemplarSnapshot {
 
 /// Shared between the stats actor (writes) and `/metrics` (snapshots).
 #[derive(Debug, Default)]
-pub struct ExemplarStore {
-    inner: Mutex<ExemplarSnapshot>,
+pub struct HistogramStore {
+    inner: Mutex<HistogramSnapshot>,
 }
 
-impl ExemplarStore {
-    /// Makes `trace`'s observation `value` the exemplar of its bucket in the series of
-    /// `histogram` with `labels` (the attributes the observation was recorded with).
-    pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: TraceContext) {
-        let timestamp_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+impl HistogramStore {
+    /// Adds `value` to the native buckets of `histogram`'s series with `labels` (the
+    /// attributes the observation was recorded with) and, for a traced observation, makes it
+    /// the exemplar of its classic bucket.
+    pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: Option<TraceContext>) {
         let mut key: LabelKey = labels
             .iter()
             .map(|kv| (sanitize(kv.key.as_str(), false), kv.value.as_str().into_owned()))
@@ -125,34 +134,43 @@ impl ExemplarStore {
             .entry(histogram.family.clone())
             .or_default()
             .entry(key)
-            .or_insert_with(|| SeriesExemplars {
-                bounds: histogram.bounds.clone(),
-                slots: vec![None; histogram.bounds.len() + 1],
+            .or_insert_with(|| SeriesState {
+                exemplars: SeriesExemplars {
+                    bounds: histogram.bounds.clone(),
+                    slots: vec![None; histogram.bounds.len() + 1],
+                },
+                native: NativeBuckets::default(),
             });
-        let bucket = series.bucket_of(value);
-        series.slots[bucket] = Some(Exemplar {
-            trace,
-            value,
-            timestamp_s,
-        });
+        series.native.observe(value);
+        if let Some(trace) = trace {
+            let timestamp_s = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let bucket = series.exemplars.bucket_of(value);
+            series.exemplars.slots[bucket] = Some(Exemplar {
+                trace,
+                value,
+                timestamp_s,
+            });
+        }
     }
 
     /// A consistent copy for one `/metrics` answer.
-    pub fn snapshot(&self) -> ExemplarSnapshot {
+    pub fn snapshot(&self) -> HistogramSnapshot {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
-/// A latency histogram that carries exemplars: one call records the observation and, for a
-/// traced request, makes it its bucket's exemplar.
-pub struct TracedHistogram {
+/// A latency histogram: one call records the observation in its classic buckets (the SDK),
+/// in its native buckets and, for a traced request, as its bucket's exemplar (the store).
+pub struct LatencyHistogram {
     histogram: Histogram<f64>,
     exemplars: ExemplarHistogram,
-    store: Arc<ExemplarStore>,
+    store: Arc<HistogramStore>,
 }
 
-impl TracedHistogram {
-    pub fn new(histogram: Histogram<f64>, exemplars: ExemplarHistogram, store: Arc<ExemplarStore>) -> Self {
+impl LatencyHistogram {
+    pub fn new(histogram: Histogram<f64>, exemplars: ExemplarHistogram, store: Arc<HistogramStore>) -> Self {
         Self {
             histogram,
             exemplars,
@@ -162,9 +180,7 @@ impl TracedHistogram {
 
     pub fn record(&self, value: f64, labels: &[KeyValue], trace: Option<TraceContext>) {
         self.histogram.record(value, labels);
-        if let Some(trace) = trace {
-            self.store.record(&self.exemplars, labels, value, trace);
-        }
+        self.store.record(&self.exemplars, labels, value, trace);
     }
 }
 
@@ -210,25 +226,37 @@ mod tests {
 
     #[test]
     fn each_observation_lands_in_its_bucket_and_the_latest_wins() {
-        let store = ExemplarStore::default();
+        let store = HistogramStore::default();
         let h = ExemplarHistogram::new("vllm:e2e", "s", vec![0.5, 1.0, 2.0]);
         let labels = [KeyValue::new("model_name", "m"), KeyValue::new("engine", "0")];
         let key = [label("engine", "0"), label("model_name", "m")];
-        store.record(&h, &labels, 1.0, trace(2)); // on a bound: that bucket (le is inclusive)
+        store.record(&h, &labels, 1.0, Some(trace(2))); // on a bound: that bucket (le is inclusive)
         let first = store.snapshot();
-        let on_bound = first.series("vllm:e2e_seconds", &key).unwrap().for_bucket(1.0);
+        let on_bound = first
+            .series("vllm:e2e_seconds", &key)
+            .unwrap()
+            .exemplars
+            .for_bucket(1.0);
         assert_eq!(on_bound.map(|e| e.trace), Some(trace(2)));
-        store.record(&h, &labels, 0.9, trace(3)); // replaces trace 2 in (0.5, 1.0]
-        store.record(&h, &labels, 1.5, trace(1));
-        store.record(&h, &labels, 9.0, trace(4));
+        store.record(&h, &labels, 0.9, Some(trace(3))); // replaces trace 2 in (0.5, 1.0]
+        store.record(&h, &labels, 1.5, Some(trace(1)));
+        store.record(&h, &labels, 1.6, None); // untraced: native buckets only
+        store.record(&h, &labels, 9.0, Some(trace(4)));
         let snapshot = store.snapshot();
         // The encoder's label order (sorted by the exporter) finds the series.
-        let series = snapshot.series("vllm:e2e_seconds", &key).expect("series");
+        let state = snapshot.series("vllm:e2e_seconds", &key).expect("series");
+        assert_eq!(state.native.count(), 5, "every observation, traced or not");
+        assert!((state.native.sum() - 14.0).abs() < 1e-9);
+        let series = &state.exemplars;
         assert_eq!(series.for_bucket(0.5), None);
         let in_one = series.for_bucket(1.0).unwrap();
         assert_eq!((in_one.trace, in_one.value), (trace(3), 0.9));
         assert!(in_one.timestamp_s > 1.7e9, "{}", in_one.timestamp_s);
-        assert_eq!(series.for_bucket(2.0).unwrap().trace, trace(1));
+        assert_eq!(
+            series.for_bucket(2.0).unwrap().trace,
+            trace(1),
+            "the untraced 1.6 replaces nothing"
+        );
         assert_eq!(series.for_bucket(f64::INFINITY).unwrap().value, 9.0);
         assert_eq!(series.for_bucket(3.0), None, "not a bound");
         assert!(snapshot.series("vllm:e2e_seconds", &[label("engine", "0")]).is_none());
@@ -236,12 +264,12 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_by_series_not_by_observations() {
-        let store = ExemplarStore::default();
+        let store = HistogramStore::default();
         let h = ExemplarHistogram::new("gen_ai.server.request.duration", "s", vec![0.1, 1.0]);
         for i in 0..10_000u32 {
             let op = if i % 2 == 0 { "chat" } else { "text_completion" };
             let labels = [KeyValue::new("gen_ai.operation.name", op)];
-            store.record(&h, &labels, f64::from(i % 7) * 0.3, trace((i % 250) as u8));
+            store.record(&h, &labels, f64::from(i % 7) * 0.3, Some(trace((i % 250) as u8)));
         }
         let snapshot = store.snapshot();
         assert_eq!(snapshot.series_count(), 2);
@@ -251,6 +279,10 @@ mod tests {
                 &[label("gen_ai_operation_name", "chat")],
             )
             .unwrap();
-        assert_eq!(chat.slots.len(), 3);
+        assert_eq!(chat.exemplars.slots.len(), 3);
+        assert!(
+            chat.native.positive_buckets().count() <= 7,
+            "one native bucket per distinct value"
+        );
     }
 }
