@@ -382,7 +382,18 @@ fn main() -> anyhow::Result<()> {
         );
     }
     if let Some(before) = before {
-        let after = scrape(&client, &args.base_url).unwrap_or_default();
+        // The server records a step's stats on its own thread after it answers the client:
+        // read until its request count has caught up with what the client saw (or 10 s).
+        let settled = Instant::now();
+        let mut after = scrape(&client, &args.base_url).unwrap_or_default();
+        let server_requests = |m: &std::collections::HashMap<String, f64>| {
+            m.get("vllm:request_success_total").copied().unwrap_or(0.0)
+                - before.get("vllm:request_success_total").copied().unwrap_or(0.0)
+        };
+        while server_requests(&after) < outcomes.len() as f64 && settled.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50)); // a poll interval, not synchronisation
+            after = scrape(&client, &args.base_url).unwrap_or_default();
+        }
         let delta = |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
         let mean_ms = |k: &str| {
             let n = delta(&format!("{k}_count"));

@@ -8,6 +8,14 @@
 # throughput rounds can on a shared machine (see bench_telemetry --compare nothing).
 #
 #   examples/tracing_cpu_share.sh [--seconds 60] [--concurrency 32] [--output-json FILE]
+#       [--kiln-arg ARG]... [--scrape-protobuf]
+#
+# `--kiln-arg` passes a flag to the server (repeat it; e.g. `--kiln-arg --otlp-traces-detail
+# --kiln-arg phases`; `--otlp-endpoint` pointed at the same sink as `SINK/v1/metrics` is
+# spelled `--kiln-arg --otlp-endpoint --kiln-arg SINK_METRICS`). `--scrape-protobuf` scrapes
+# /metrics every second in the protobuf exposition, as a Prometheus with native histograms
+# does. Besides tracing, the report counts the samples in native histograms (recording and
+# protobuf encoding) and in all telemetry: compare runs of one session for the cost of a flag.
 #
 # Needs perf (linux-perf), python3, `cargo build --release --examples` (kiln and bench_serving)
 # and the default model (KILN_MODEL_GGUF, or the first *.gguf under .ci/cache).
@@ -17,8 +25,12 @@ cd "$(dirname "$0")/.."
 SECONDS_PROFILED=60
 CONCURRENCY=32
 OUTPUT_JSON=bench-results/tracing-cpu-share.json
+KILN_ARGS=()
+SCRAPE_PROTOBUF=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --kiln-arg) KILN_ARGS+=("$2"); shift 2 ;;
+    --scrape-protobuf) SCRAPE_PROTOBUF=1; shift ;;
     --seconds) SECONDS_PROFILED="$2"; shift 2 ;;
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --output-json) OUTPUT_JSON="$2"; shift 2 ;;
@@ -66,8 +78,11 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_for
 EOF
 PIDS+=($!)
 
+for i in "${!KILN_ARGS[@]}"; do
+  KILN_ARGS[i]="${KILN_ARGS[i]//SINK_METRICS/http://127.0.0.1:$SINK_PORT/v1/metrics}"
+done
 "$KILN" serve --model "$MODEL" --host 127.0.0.1 --port "$KILN_PORT" \
-  --otlp-traces-endpoint "http://127.0.0.1:$SINK_PORT/v1/traces" >"$WORK/kiln.log" 2>&1 &
+  --otlp-traces-endpoint "http://127.0.0.1:$SINK_PORT/v1/traces" ${KILN_ARGS[@]+"${KILN_ARGS[@]}"} >"$WORK/kiln.log" 2>&1 &
 KILN_PID=$!
 PIDS+=("$KILN_PID")
 URL="http://127.0.0.1:$KILN_PORT"
@@ -88,6 +103,11 @@ load "$CONCURRENCY" # warm-up: page faults and first allocations stay out of the
 load $((CONCURRENCY * 64)) &
 LOAD_PID=$!
 PIDS+=("$LOAD_PID")
+if [[ "$SCRAPE_PROTOBUF" == 1 ]]; then
+  PROTOBUF='application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited'
+  (while true; do curl -sf -H "Accept: $PROTOBUF" "$URL/metrics" -o /dev/null; sleep 1; done) &
+  PIDS+=($!)
+fi
 perf record --call-graph dwarf,16384 -F 199 -p "$KILN_PID" -o "$WORK/perf.data" -- sleep "$SECONDS_PROFILED" \
   >"$WORK/perf.log" 2>&1
 kill "$LOAD_PID" 2>/dev/null || true
@@ -97,24 +117,29 @@ SPAN_EXPORTS="$(curl -sf "$URL/metrics" | awk '/^kiln_otlp_span_exports_total\{.
 
 perf script -i "$WORK/perf.data" -F comm,tid,ip,sym 2>/dev/null >"$WORK/perf.txt"
 mkdir -p "$(dirname "$OUTPUT_JSON")"
-python3 - "$WORK/perf.txt" "$OUTPUT_JSON" "$CONCURRENCY" "$SECONDS_PROFILED" "$SPAN_EXPORTS" <<'EOF'
+python3 - "$WORK/perf.txt" "$OUTPUT_JSON" "$CONCURRENCY" "$SECONDS_PROFILED" "$SPAN_EXPORTS" ${KILN_ARGS[@]+"${KILN_ARGS[@]}"} <<'EOF'
 import json, math, re, sys
 path, output, concurrency, seconds, span_exports = sys.argv[1:6]
 # Frames that run only because requests are traced.
 TRACING_FRAME = re.compile(
-    r"kiln::traces::|kiln::stats::exemplars|kiln::stats::span_exports|opentelemetry_sdk::trace"
+    r"kiln::traces::|kiln::stats::span_exports|opentelemetry_sdk::trace"
     r"|opentelemetry_otlp|opentelemetry_proto|prost::|reqwest::|hyper::|hyper_util::|\bh2::")
 # Threads that exist only to export spans.
 TRACING_THREAD = re.compile(r"^(kiln-span-expor|reqwest-interna)")
 TELEMETRY_FRAME = re.compile(r"kiln::stats::|opentelemetry")
+# Native histograms: the store's recording (native buckets and exemplars) and the protobuf
+# exposition.
+NATIVE_FRAME = re.compile(r"kiln::stats::(histogram_store|native_buckets|protobuf_exposition|prom_proto)")
 
-samples = tracing = telemetry = 0
+samples = tracing = telemetry = native = 0
 thread, frames = None, []
 def flush():
-    global samples, tracing, telemetry
+    global samples, tracing, telemetry, native
     if thread is None:
         return
     samples += 1
+    if any(NATIVE_FRAME.search(f) for f in frames):
+        native += 1
     if TRACING_THREAD.match(thread) or any(TRACING_FRAME.search(f) for f in frames):
         tracing += 1
     if any(TELEMETRY_FRAME.search(f) for f in frames):
@@ -146,13 +171,16 @@ def cpu():
 
 t, t_ci = share(tracing)
 m, m_ci = share(telemetry)
-print("| CPU samples | in tracing | all telemetry (metrics, exemplars, spans) |")
-print("|---|---|---|")
-print(f"| {samples} | {t:.3f} ± {t_ci:.3f} % | {m:.3f} ± {m_ci:.3f} % |")
+n, n_ci = share(native)
+print("| CPU samples | in tracing | in native histograms | all telemetry (metrics, exemplars, spans) |")
+print("|---|---|---|---|")
+print(f"| {samples} | {t:.3f} ± {t_ci:.3f} % | {n:.3f} ± {n_ci:.3f} % | {m:.3f} ± {m_ci:.3f} % |")
 print(f"span exports that succeeded: {span_exports}")
 report = {"concurrency": int(concurrency), "seconds_profiled": int(seconds), "samples": samples,
           "tracing_samples": tracing, "tracing_percent": t, "tracing_percent_95ci": t_ci,
           "telemetry_samples": telemetry, "telemetry_percent": m, "telemetry_percent_95ci": m_ci,
+          "native_histogram_samples": native, "native_histogram_percent": n,
+          "native_histogram_percent_95ci": n_ci, "kiln_args": sys.argv[6:],
           "span_exports_succeeded": float(span_exports), "cpu": cpu()}
 json.dump(report, open(output, "w"), indent=2)
 print(f"wrote {output}")
