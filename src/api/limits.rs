@@ -1,6 +1,7 @@
 //! What one request may ask for (`[limits]` in the config): how many sequences a body starts,
-//! how much prompt text, how many stop strings' bytes and stop token ids. Checked before
-//! tokenisation, so an oversized body costs almost nothing; each refusal names its parameter.
+//! how much prompt text, how many stop strings' bytes and stop token ids, checked before
+//! tokenisation, so an oversized body costs almost nothing; and, once the prompt is
+//! tokenised, how many prompt logprobs. Each refusal names its parameter.
 
 use super::errors::ApiError;
 use crate::config::LimitsConfig;
@@ -69,6 +70,39 @@ pub fn check_limits(
     Ok(())
 }
 
+/// Refuses a request whose prompt logprobs would cost more than
+/// `limits.max_prompt_logprob_entries` to compute, decode and write: every prompt token's
+/// logprob and its `k` alternatives, for each of the `n` choices of each prompt.
+pub fn check_prompt_logprob_work(
+    limits: &LimitsConfig,
+    prompts: &[Vec<u32>],
+    params: &SamplingParams,
+) -> Result<(), ApiError> {
+    let Some(k) = params.prompt_logprobs else {
+        return Ok(());
+    };
+    let tokens: usize = prompts.iter().map(Vec::len).sum();
+    let n = params.n.max(1) as usize;
+    let entries = tokens.saturating_mul(k as usize + 1).saturating_mul(n);
+    if entries <= limits.max_prompt_logprob_entries {
+        return Ok(());
+    }
+    // `echo` with `logprobs` asks for the prompt's logprobs under another name.
+    let (param, asked) = if params.echo && params.logprobs == Some(k) {
+        ("logprobs", format!("`echo` with `logprobs` {k}"))
+    } else {
+        ("prompt_logprobs", format!("`prompt_logprobs` {k}"))
+    };
+    Err(ApiError::invalid(
+        param,
+        format!(
+            "{asked} over {tokens} prompt tokens with `n` {n} asks for {tokens} × ({k} + 1) × {n} = {entries} \
+             prompt logprob entries; at most {} are allowed: lower `{param}`, `n` or the prompt's length",
+            limits.max_prompt_logprob_entries
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +166,44 @@ mod tests {
         assert_eq!(
             param_of(check_limits(&l, size(1, 0), &many_ids, "prompt")).as_deref(),
             Some("stop_token_ids")
+        );
+    }
+
+    #[test]
+    fn prompt_logprob_entries_count_tokens_alternatives_and_choices() {
+        let l = LimitsConfig {
+            max_prompt_logprob_entries: 600,
+            ..LimitsConfig::default()
+        };
+        let prompts = vec![vec![1u32; 50], vec![2u32; 50]];
+        let asking = |prompt_logprobs: Option<u32>, n: u32| SamplingParams {
+            prompt_logprobs,
+            n,
+            ..Default::default()
+        };
+        // 100 tokens × (2 + 1) × 2 = 600: the edge passes; one more choice does not.
+        assert_eq!(
+            param_of(check_prompt_logprob_work(&l, &prompts, &asking(Some(2), 2))),
+            None
+        );
+        let refused = check_prompt_logprob_work(&l, &prompts, &asking(Some(2), 3)).expect_err("over");
+        assert_eq!(refused.param(), Some("prompt_logprobs"));
+        assert!(refused.to_string().contains("900"), "{refused}");
+        assert_eq!(
+            param_of(check_prompt_logprob_work(&l, &prompts, &asking(None, 100))),
+            None
+        );
+        // `echo` with `logprobs` is the same work, named by the field that asked for it:
+        // 100 × (6 + 1) = 700.
+        let echo = SamplingParams {
+            echo: true,
+            logprobs: Some(6),
+            prompt_logprobs: Some(6),
+            ..Default::default()
+        };
+        assert_eq!(
+            param_of(check_prompt_logprob_work(&l, &prompts, &echo)).as_deref(),
+            Some("logprobs")
         );
     }
 }

@@ -14,7 +14,7 @@ use super::errors::ApiError;
 use super::fan_out::{FanOut, plan_choices, submit_choices};
 use super::generation::ChoiceRequest;
 use super::generation::{ChoiceDelta, cached_prompt_tokens, collect_all};
-use super::limits::{PromptSize, check_limits};
+use super::limits::{PromptSize, check_limits, check_prompt_logprob_work};
 use super::openai_types::{RequestMetrics, StreamOptions, Usage};
 use super::prompt::{ParamNames, check_prompt};
 use super::request_log::{RequestLog, RequestRecord};
@@ -146,6 +146,7 @@ pub async fn serve<E: Endpoint>(
     for ids in &prompts {
         check_prompt(ids, state.model.token_id_bound, E::PROMPT_PARAM)?;
     }
+    check_prompt_logprob_work(&state.limits, &prompts, &params)?;
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let fan_out = FanOut {
         id: &id,

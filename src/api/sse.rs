@@ -1,18 +1,23 @@
-//! Server-sent events for both streaming endpoints: the `data:` framing, and the stream that
+//! Server-sent events for the streaming endpoints: the `data:` framing, and the stream that
 //! merges choices as their tokens arrive, turns each delta into a chunk, adds an optional
-//! usage chunk, then `[DONE]`. When the client goes away actix drops this stream, which drops
-//! the choices and so aborts them in the engine.
+//! usage chunk, then `[DONE]`. That stream runs on an output thread ([`OutputPool`]): the
+//! chunks' JSON (a delta with 20 alternatives a token is kilobytes) is written there, and
+//! the HTTP worker only forwards the bytes. When the client goes away actix drops the body,
+//! the output thread sees it and drops the choices, which aborts them in the engine.
 
 use std::time::Duration;
 
 use actix_web::HttpResponse;
 use bytes::Bytes;
-use futures_util::stream::{self, SelectAll, Stream, StreamExt};
+use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
+
+use tokio::sync::mpsc;
 
 use super::errors::ApiError;
 use super::generation::{ChoiceDelta, ChoiceStream, cached_prompt_tokens};
 use super::openai_types::Usage;
+use super::output_pool::OutputPool;
 use super::stall_watch::watch_stalls;
 
 /// The stream terminator OpenAI clients wait for.
@@ -38,8 +43,12 @@ pub fn sse_data(json: &impl Serialize) -> Bytes {
     Bytes::from(out)
 }
 
-/// Formats one endpoint's stream chunks.
-pub trait ChunkFormat: Unpin + 'static {
+/// Chunks formatted ahead of the client: enough to keep the socket busy, few enough that a
+/// client that stops reading holds little (the stall watch ends it).
+const CHUNKS_AHEAD: usize = 64;
+
+/// Formats one endpoint's stream chunks (on an output thread).
+pub trait ChunkFormat: Unpin + Send + 'static {
     /// A chunk sent before any token of a choice (chat sends the role), if any.
     fn opening(&mut self, index: u32) -> Option<Bytes>;
     /// One choice's new output, with its usage so far when every chunk carries one; `None`
@@ -69,69 +78,116 @@ pub struct PromptUsage {
     pub choices_per_prompt: u32,
 }
 
-/// The SSE response for `choices`. A client that stops taking chunks for `stall_timeout` is
-/// taken as gone (see [`watch_stalls`]).
+/// The SSE response for `choices`, formatted on an output thread. A client that stops
+/// taking chunks for `stall_timeout` is taken as gone (see [`watch_stalls`]).
 pub fn sse_response<F: ChunkFormat>(
     choices: Vec<ChoiceStream>,
     prompt: PromptUsage,
     usage_chunks: UsageChunks,
     stall_timeout: Duration,
-    mut format: F,
+    format: F,
 ) -> HttpResponse {
     let handles = choices.iter().map(ChoiceStream::abort_handle).collect();
-    let opening: Vec<Result<Bytes, actix_web::Error>> =
-        choices.iter().filter_map(|c| format.opening(c.index)).map(Ok).collect();
-    let merged: SelectAll<_> = stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
-    // (completion tokens, cached prompt tokens) so far.
-    let state = (merged, format, (0usize, 0usize), false);
-    let body = stream::unfold(state, move |(mut merged, mut format, mut counts, done)| async move {
-        if done {
-            return None;
-        }
-        match merged.next().await {
-            Some((index, Ok(delta))) => {
-                if let Some(end) = &delta.end {
-                    counts.0 += end.usage.completion_tokens;
-                    let ends = std::iter::once((index, end.usage.cached_prompt_tokens));
-                    counts.1 += cached_prompt_tokens(ends, prompt.choices_per_prompt);
-                }
-                let usage = usage_chunks.continuous.then(|| {
-                    let (prompt_tokens, completion_tokens) = delta.tokens_so_far;
-                    Usage::new(prompt_tokens as u32, completion_tokens as u32)
-                });
-                let chunks = format.delta(index, &delta, usage).into_iter().map(Ok).collect();
-                Some((chunks, (merged, format, counts, false)))
-            }
-            Some((_, Err(error))) => {
-                tracing::warn!(%error, "stream ended by an engine error");
-                let chunk = sse_data(&error.body());
-                let chunks = std::iter::once(chunk).chain(format.done()).map(Ok).collect();
-                Some((chunks, (merged, format, counts, true)))
-            }
-            None => {
-                let mut tail = Vec::new();
-                if usage_chunks.closing {
-                    let usage = Usage::new(prompt.tokens as u32, counts.0 as u32).with_cached(counts.1 as u32);
-                    tail.push(Ok(format.usage(usage)));
-                }
-                tail.extend(format.done().map(Ok));
-                Some((tail, (merged, format, counts, true)))
-            }
-        }
-    })
-    .flat_map(stream::iter);
+    let indices = choices.iter().map(|c| c.index).collect();
+    let merged = stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
+    let body = formatted_on_output_thread(sse_chunks(indices, merged, prompt, usage_chunks, format));
     HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("Cache-Control", "no-cache"))
-        .streaming(watch_stalls(
-            Box::pin(stream::iter(opening).chain(body)),
-            handles,
-            stall_timeout,
-        ))
+        .streaming(watch_stalls(Box::pin(body), handles, stall_timeout))
+}
+
+/// A body that forwards `chunks`, made on an output thread.
+fn formatted_on_output_thread(
+    chunks: impl Stream<Item = Bytes> + Send + 'static,
+) -> impl Stream<Item = Result<Bytes, actix_web::Error>> + Unpin + 'static {
+    let (tx, rx) = mpsc::channel(CHUNKS_AHEAD);
+    OutputPool::shared().spawn(forward(chunks, tx));
+    Box::pin(stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((Ok::<_, actix_web::Error>(chunk), rx))
+    }))
+}
+
+/// Sends `chunks` to the response body until they end or the body is dropped (the client
+/// left); then `chunks`, and the choices in it, are dropped at once, which aborts them.
+async fn forward(chunks: impl Stream<Item = Bytes>, tx: mpsc::Sender<Bytes>) {
+    let mut chunks = std::pin::pin!(chunks);
+    loop {
+        let next = tokio::select! {
+            next = chunks.next() => next,
+            () = tx.closed() => return,
+        };
+        let Some(chunk) = next else {
+            return;
+        };
+        if tx.send(chunk).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The stream's chunks: openings for the choices `indices`, a chunk per delta as `merged`
+/// brings them, the usage chunk when asked, then the end marker (an error event first when a
+/// choice failed). Lazy: nothing is formatted until it is polled.
+fn sse_chunks<F: ChunkFormat>(
+    indices: Vec<u32>,
+    merged: impl Stream<Item = Item> + Unpin,
+    prompt: PromptUsage,
+    usage_chunks: UsageChunks,
+    format: F,
+) -> impl Stream<Item = Bytes> {
+    // (completion tokens, cached prompt tokens) so far.
+    let state = (merged, format, (0usize, 0usize), Some(indices), false);
+    stream::unfold(
+        state,
+        move |(mut merged, mut format, mut counts, opening, done)| async move {
+            if done {
+                return None;
+            }
+            if let Some(indices) = opening {
+                let chunks: Vec<Bytes> = indices.into_iter().filter_map(|i| format.opening(i)).collect();
+                return Some((chunks, (merged, format, counts, None, false)));
+            }
+            match merged.next().await {
+                Some((index, Ok(delta))) => {
+                    if let Some(end) = &delta.end {
+                        counts.0 += end.usage.completion_tokens;
+                        let ends = std::iter::once((index, end.usage.cached_prompt_tokens));
+                        counts.1 += cached_prompt_tokens(ends, prompt.choices_per_prompt);
+                    }
+                    let usage = usage_chunks.continuous.then(|| {
+                        let (prompt_tokens, completion_tokens) = delta.tokens_so_far;
+                        Usage::new(prompt_tokens as u32, completion_tokens as u32)
+                    });
+                    let chunks: Vec<Bytes> = format.delta(index, &delta, usage).into_iter().collect();
+                    Some((chunks, (merged, format, counts, None, false)))
+                }
+                Some((_, Err(error))) => {
+                    tracing::warn!(%error, "stream ended by an engine error");
+                    let chunk = sse_data(&error.body());
+                    let chunks = std::iter::once(chunk).chain(format.done()).collect();
+                    Some((chunks, (merged, format, counts, None, true)))
+                }
+                None => {
+                    let mut tail = Vec::new();
+                    if usage_chunks.closing {
+                        let usage = Usage::new(prompt.tokens as u32, counts.0 as u32).with_cached(counts.1 as u32);
+                        tail.push(format.usage(usage));
+                    }
+                    tail.extend(format.done());
+                    Some((tail, (merged, format, counts, None, true)))
+                }
+            }
+        },
+    )
+    .flat_map(stream::iter)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use serde_json::json;
 
     use super::*;
@@ -140,6 +196,68 @@ mod tests {
     fn sse_framing() {
         assert_eq!(&sse_data(&json!({"a": 1}))[..], b"data: {\"a\":1}\n\n");
         assert_eq!(&sse_done()[..], b"data: [DONE]\n\n");
+    }
+
+    /// Records the thread each chunk is formatted on.
+    struct WhereFormatted(Arc<Mutex<Vec<String>>>);
+
+    impl WhereFormatted {
+        fn note(&self) {
+            let name = std::thread::current().name().unwrap_or("unnamed").to_owned();
+            self.0.lock().expect("lock").push(name);
+        }
+    }
+
+    impl ChunkFormat for WhereFormatted {
+        fn opening(&mut self, index: u32) -> Option<Bytes> {
+            self.note();
+            Some(Bytes::from(format!("open {index}")))
+        }
+
+        fn delta(&mut self, _index: u32, delta: &ChoiceDelta, _usage: Option<Usage>) -> Option<Bytes> {
+            self.note();
+            Some(Bytes::from(delta.text.clone()))
+        }
+
+        fn usage(&mut self, usage: Usage) -> Bytes {
+            self.note();
+            Bytes::from(format!("usage {}", usage.completion_tokens))
+        }
+    }
+
+    #[test]
+    fn chunks_are_formatted_on_an_output_thread_and_the_body_only_forwards_them() {
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let items = stream::iter((0..3u32).map(|i| {
+            let delta = ChoiceDelta {
+                text: format!("t{i}"),
+                ..ChoiceDelta::default()
+            };
+            (i % 2, Ok(delta))
+        }));
+        let prompt = PromptUsage {
+            tokens: 1,
+            choices_per_prompt: 1,
+        };
+        let usage = UsageChunks {
+            closing: true,
+            continuous: false,
+        };
+        let chunks = sse_chunks(vec![0, 1], items, prompt, usage, WhereFormatted(Arc::clone(&threads)));
+        // The body is polled here, as an HTTP worker polls it.
+        let body: Vec<Bytes> = futures_executor::block_on(
+            formatted_on_output_thread(chunks)
+                .map(|chunk| chunk.expect("bytes"))
+                .collect(),
+        );
+        let expected = ["open 0", "open 1", "t0", "t1", "t2", "usage 0", "data: [DONE]\n\n"];
+        assert_eq!(body, expected.map(|s| Bytes::from(s.to_owned())));
+        let threads = threads.lock().expect("lock");
+        assert_eq!(threads.len(), 6, "{threads:?}");
+        assert!(
+            threads.iter().all(|name| name.starts_with("kiln-output-")),
+            "formatted on {threads:?}"
+        );
     }
 }
 

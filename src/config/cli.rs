@@ -139,6 +139,10 @@ pub struct ServeArgs {
     /// Most bytes of a request's output constraint (JSON schema, regex, grammar, choices).
     #[arg(long, env = "KILN_MAX_STRUCTURED_OUTPUT_BYTES")]
     pub max_structured_output_bytes: Option<usize>,
+    /// Most prompt-logprob entries one request may ask for: prompt tokens × (prompt_logprobs
+    /// + 1) × n (echo with logprobs counts as prompt_logprobs).
+    #[arg(long, env = "KILN_MAX_PROMPT_LOGPROB_ENTRIES")]
+    pub max_prompt_logprob_entries: Option<usize>,
     /// Seconds a constraint may take to compile before the request gets 400.
     #[arg(long, env = "KILN_GRAMMAR_COMPILE_TIMEOUT")]
     pub grammar_compile_timeout: Option<f64>,
@@ -272,6 +276,10 @@ impl ServeArgs {
         set(&mut c.limits.max_stop_bytes, &self.max_stop_bytes);
         set(&mut c.limits.max_stop_token_ids, &self.max_stop_token_ids);
         set(&mut c.limits.max_prompt_bytes, &self.max_prompt_bytes);
+        set(
+            &mut c.limits.max_prompt_logprob_entries,
+            &self.max_prompt_logprob_entries,
+        );
         set(
             &mut c.limits.max_structured_output_bytes,
             &self.max_structured_output_bytes,

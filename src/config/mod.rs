@@ -143,6 +143,10 @@ pub struct LimitsConfig {
     pub max_prompt_bytes: usize,
     /// Most bytes of a request's output constraint (JSON schema, regex, grammar, choices).
     pub max_structured_output_bytes: usize,
+    /// Most prompt-logprob entries one body may ask for (`prompt_logprobs`, or `echo` with
+    /// `logprobs`): prompt tokens × (alternatives + 1) × `n`, each computed, decoded and
+    /// written.
+    pub max_prompt_logprob_entries: usize,
     /// Longest a constraint may take to compile before the request is refused.
     pub grammar_compile_timeout_s: f64,
     /// Compiled grammars kept for reuse.
@@ -237,6 +241,7 @@ impl Default for LimitsConfig {
             max_stop_token_ids: 64,
             max_prompt_bytes: 1 << 20,
             max_structured_output_bytes: 64 << 10,
+            max_prompt_logprob_entries: 1 << 20,
             grammar_compile_timeout_s: 5.0,
             grammar_cache_size: 256,
         }
@@ -365,6 +370,7 @@ impl Config {
             ("limits.max_stop_token_ids", l.max_stop_token_ids),
             ("limits.max_prompt_bytes", l.max_prompt_bytes),
             ("limits.max_structured_output_bytes", l.max_structured_output_bytes),
+            ("limits.max_prompt_logprob_entries", l.max_prompt_logprob_entries),
             ("limits.grammar_cache_size", l.grammar_cache_size),
         ] {
             if value == 0 {

@@ -50,6 +50,7 @@ mod sampling_params;
 mod scheduler_pressure;
 mod schemathesis;
 mod slow_clients;
+mod stream_formatting;
 mod strict_schemas;
 mod structured_outputs;
 mod telemetry;

@@ -350,3 +350,55 @@ fn the_real_tokenizer_round_trips_through_tokenize_and_detokenize() {
         assert_eq!(back["prompt"], text, "case {}", case["name"]);
     }
 }
+
+/// Prompt logprobs cost prompt tokens × (alternatives + 1) × `n` entries, each computed,
+/// decoded and written: a body over `--max-prompt-logprob-entries` is refused with a 400 that
+/// names the field that asked and every factor, and one at the bound is served.
+#[test]
+fn prompt_logprob_work_over_the_bound_is_refused_naming_its_parameters() {
+    let t = start_tiny(|c| c.limits.max_prompt_logprob_entries = 600);
+    let prompt: Vec<u64> = (0..100).map(|i| 40 + i % 50).collect();
+    let completion = |extra: Value| {
+        let mut body = json!({"prompt": prompt, "max_tokens": 1, "temperature": 0});
+        body.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        t.post("/v1/completions", &body)
+    };
+    let refused = |(status, v): (u16, Value), param: &str| -> String {
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert_eq!(v["error"]["param"], param, "{v}");
+        v["error"]["message"].as_str().expect("message").to_owned()
+    };
+    // 100 × (2 + 1) × 2 = 600: at the bound, served.
+    let (status, v) = completion(json!({"prompt_logprobs": 2, "n": 2}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][1]["prompt_logprobs"].as_array().map(Vec::len), Some(100));
+    // A third choice: 900.
+    let message = refused(completion(json!({"prompt_logprobs": 2, "n": 3})), "prompt_logprobs");
+    for part in [
+        "`prompt_logprobs` 2",
+        "`n` 3",
+        "100 prompt tokens",
+        "= 900",
+        "at most 600",
+    ] {
+        assert!(message.contains(part), "{part:?} missing from {message:?}");
+    }
+    // `echo` with `logprobs` asks for the same work under another name: 100 × 6 × 1 passes,
+    // 100 × 7 × 1 does not.
+    let (status, v) = completion(json!({"echo": true, "logprobs": 5}));
+    assert_eq!(status, 200, "{v}");
+    let message = refused(completion(json!({"echo": true, "logprobs": 6})), "logprobs");
+    assert!(message.contains("`echo` with `logprobs` 6"), "{message}");
+    // Chat's rendered prompt counts the same way.
+    let (status, v) = t.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "n": 16, "prompt_logprobs": 20}),
+    );
+    refused((status, v), "prompt_logprobs");
+    // The server still serves after the refusals.
+    let (status, v) = completion(json!({"max_tokens": 2}));
+    assert_eq!(status, 200, "{v}");
+}
