@@ -17,7 +17,11 @@
 # KILN_MODEL_GGUF (default: the first *.gguf under .ci/cache, /tmp/model or kiln's cache),
 # INPUT_LEN, OUTPUT_LEN, NUM_PROMPTS (default max(8, 4 x concurrency)), CONCURRENCIES, SEED (0),
 # SLOTS, CTX_PER_SLOT (KV-cache tokens per slot), LLAMA_KV_MODES ("unified per-slot"),
-# KILN_BIN (default target/release/kiln: another build to compare).
+# KILN_BIN (default target/release/kiln: another build to compare), KILN_BENCH_SERVING (the
+# bench_serving binary, so a rebuild during a run cannot swap it), LLAMA_THREADS (llama.cpp's
+# -t and -tb, default nproc; several, e.g. "1 2", run each layout at each count, named
+# `per-slot-t1` and so on: on a loaded machine llama.cpp's spinning threads can do better
+# with fewer), SIDE_BY_SIDE_DIR (where results go, e.g. one folder per model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,9 +68,10 @@ LLAMA_SERVER="$BUILD_DIR/bin/llama-server"
 LLAMA_QUANTIZE="$BUILD_DIR/bin/llama-quantize"
 
 KILN_BIN="${KILN_BIN:-target/release/kiln}"
-BENCH=target/release/examples/bench_serving
+BENCH="${KILN_BENCH_SERVING:-target/release/examples/bench_serving}"
 KILN_BLOCK_SIZE=16
 THREADS="$(nproc)"
+LLAMA_THREADS="${LLAMA_THREADS:-$THREADS}"
 
 usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -102,11 +107,11 @@ case "$ONLY" in
 esac
 case "$CASE" in
   short)
-    OUT_DIR=bench-results/side-by-side
+    OUT_DIR="${SIDE_BY_SIDE_DIR:-bench-results/side-by-side}"
     INPUT_LEN="${INPUT_LEN:-128}" OUTPUT_LEN="${OUTPUT_LEN:-128}"
     CONCURRENCIES="${CONCURRENCIES:-1 8 32}" SLOTS="${SLOTS:-32}" CTX_PER_SLOT="${CTX_PER_SLOT:-512}" ;;
   long)
-    OUT_DIR=bench-results/side-by-side-long
+    OUT_DIR="${SIDE_BY_SIDE_DIR:-bench-results/side-by-side-long}"
     INPUT_LEN="${INPUT_LEN:-2048}" OUTPUT_LEN="${OUTPUT_LEN:-256}"
     CONCURRENCIES="${CONCURRENCIES:-1 8}" SLOTS="${SLOTS:-8}" CTX_PER_SLOT="${CTX_PER_SLOT:-2560}" ;;
   *) echo "--case takes short or long, not '$CASE'" >&2; exit 2 ;;
@@ -114,6 +119,11 @@ esac
 NUM_PROMPTS="${NUM_PROMPTS:-}"
 SEED="${SEED:-0}"
 LLAMA_KV_MODES="${LLAMA_KV_MODES:-unified per-slot}"
+# A layout's results are named after it alone when llama.cpp runs at one thread count.
+llama_setting() {
+  if [[ "$LLAMA_THREADS" == *" "* ]]; then echo "$1-t$2"; else echo "$1"; fi
+}
+LLAMA_SETTINGS="$(for m in $LLAMA_KV_MODES; do for t in $LLAMA_THREADS; do llama_setting "$m" "$t"; done; done | xargs)"
 # Both servers get room for SLOTS streams of CTX_PER_SLOT tokens: llama.cpp as -np SLOTS
 # -c SLOTS*CTX_PER_SLOT, kiln as the same number of tokens in paged blocks.
 KV_TOKENS=$((SLOTS * CTX_PER_SLOT))
@@ -292,23 +302,23 @@ bench_server() {
 # kiln's paged pool; on this build every sequence then attends over the whole buffer) or
 # "per-slot" (llama.cpp's default with -np: each slot owns CTX_PER_SLOT tokens).
 run_llama() {
-  local mode="$1" port log_file="$OUT_DIR/llama-$mode.log" kv_flag=()
+  local mode="$1" threads="$2" setting="$3" port log_file="$OUT_DIR/llama-$3.log" kv_flag=()
   case "$mode" in
     unified) kv_flag=(-kvu) ;;
     per-slot) ;;
     *) die "LLAMA_KV_MODES takes unified and per-slot, not '$mode'" ;;
   esac
   port="$(free_port)"
-  rm -f "$OUT_DIR"/llama-"$mode"-c*.json # no stale results if this run fails half-way
-  log "starting llama-server ($mode KV) on 127.0.0.1:$port"
+  rm -f "$OUT_DIR"/llama-"$setting"-c*.json # no stale results if this run fails half-way
+  log "starting llama-server ($mode KV, $threads threads) on 127.0.0.1:$port"
   # -cb: continuous batching; no prompt reuse across requests (--no-cache-prompt, --cache-ram 0),
   # as kiln's prefix caching is off by default.
   "$LLAMA_SERVER" -m "$MODEL" --host 127.0.0.1 --port "$port" \
-    -np "$SLOTS" -c "$KV_TOKENS" "${kv_flag[@]}" -cb -t "$THREADS" -tb "$THREADS" \
+    -np "$SLOTS" -c "$KV_TOKENS" "${kv_flag[@]}" -cb -t "$threads" -tb "$threads" \
     --no-cache-prompt --cache-ram 0 --no-webui >"$log_file" 2>&1 &
   SERVER_PID=$!
   wait_ready "http://127.0.0.1:$port/health" '"ok"' "$log_file"
-  bench_server "llama-$mode" "http://127.0.0.1:$port"
+  bench_server "llama-$setting" "http://127.0.0.1:$port"
   stop_server
 }
 
@@ -331,7 +341,11 @@ run_kiln() {
 
 mkdir -p "$OUT_DIR"
 if [[ "$ONLY" != kiln ]]; then
-  for mode in $LLAMA_KV_MODES; do run_llama "$mode"; done
+  for mode in $LLAMA_KV_MODES; do
+    for threads in $LLAMA_THREADS; do
+      run_llama "$mode" "$threads" "$(llama_setting "$mode" "$threads")"
+    done
+  done
 fi
 [[ "$ONLY" == llama ]] || run_kiln
 
@@ -346,7 +360,7 @@ CPU_FLAGS="$(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' \
 KILN_KERNELS="$(grep -o 'path="[a-z0-9]*"\|path=[a-z0-9]*' "$OUT_DIR/kiln.log" 2>/dev/null | head -n 1 || true)"
 export OUT_DIR CONCURRENCIES INPUT_LEN OUTPUT_LEN NUM_PROMPTS SEED MODEL LLAMA_CPP_PYTHON_VERSION \
   CPU_MODEL CPU_FLAGS KILN_KERNELS THREADS KV_TOKENS SLOTS CTX_PER_SLOT LLAMA_KV_MODES CASE NATIVE_FLAGS \
-  CPU_FAMILY_MODEL
+  CPU_FAMILY_MODEL LLAMA_THREADS LLAMA_SETTINGS
 DATE="$(date -u)" ARCH="$(uname -m)" python3 - <<'EOF'
 import json, os
 
@@ -373,7 +387,7 @@ def ratio(k, l):
 def fmt(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}"
 
-modes = env["LLAMA_KV_MODES"].split()
+modes = env["LLAMA_SETTINGS"].split()
 rows = []
 for c in map(int, env["CONCURRENCIES"].split()):
     by_mode = {m: load(f"llama-{m}", c) for m in modes}
@@ -419,6 +433,7 @@ summary = {
     "cpu_flags": env["CPU_FLAGS"].split(),
     "kiln_kernels": env["KILN_KERNELS"] or None,
     "nproc": int(env["THREADS"]),
+    "llama_cpp_threads": [int(t) for t in env["LLAMA_THREADS"].split()],
     "llama_cpp_python_version": env["LLAMA_CPP_PYTHON_VERSION"],
     "llama_cpp_kv_layouts": modes,
     "llama_cpp_build": "GGML_NATIVE=ON " + (env["NATIVE_FLAGS"] or "(all native features)"),

@@ -76,6 +76,9 @@ pub struct SampledToken {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelOutput {
     pub sampled: Vec<Option<SampledToken>>,
+    /// The step's copies of KV blocks to the host swap pool (swap-out) and back (swap-in).
+    pub swapped_out: KvTransfer,
+    pub swapped_in: KvTransfer,
     /// Seconds spent computing each grammar mask of the step (constrained samples only).
     pub grammar_mask_seconds: Vec<f64>,
     /// Prompt logprobs computed this step, for the sequences that asked for them.
@@ -86,6 +89,13 @@ pub struct ModelOutput {
     /// Wall time the executor spent on the step (filled in by the executor actor): the
     /// step-duration histogram and the scheduler's step-time model learn from it.
     pub step_seconds: f64,
+}
+
+/// KV blocks copied between the device pool and the host swap pool in one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KvTransfer {
+    pub bytes: u64,
+    pub seconds: f64,
 }
 
 /// Run one step.

@@ -17,22 +17,30 @@ impl HostKvPool {
         }
     }
 
-    /// Copies device blocks to host blocks, `(device, host)` pairs.
-    pub fn swap_out<B: KvCacheOps>(&mut self, cache: &PagedKvCache<B>, pairs: &[(u32, u32)]) {
+    /// Copies device blocks to host blocks, `(device, host)` pairs; returns the bytes copied.
+    pub fn swap_out<B: KvCacheOps>(&mut self, cache: &PagedKvCache<B>, pairs: &[(u32, u32)]) -> u64 {
+        let mut bytes = 0;
         for &(device, host) in pairs {
             if let Some(slot) = self.blocks.get_mut(host as usize) {
-                *slot = Some(cache.read_blocks(&[device]));
+                let data = cache.read_blocks(&[device]);
+                bytes += std::mem::size_of_val(data.as_slice()) as u64;
+                *slot = Some(data);
             }
         }
+        bytes
     }
 
-    /// Copies host blocks back to device blocks, `(host, device)` pairs, freeing the host copies.
-    pub fn swap_in<B: KvCacheOps>(&mut self, cache: &mut PagedKvCache<B>, pairs: &[(u32, u32)]) {
+    /// Copies host blocks back to device blocks, `(host, device)` pairs, freeing the host
+    /// copies; returns the bytes copied.
+    pub fn swap_in<B: KvCacheOps>(&mut self, cache: &mut PagedKvCache<B>, pairs: &[(u32, u32)]) -> u64 {
+        let mut bytes = 0;
         for &(host, device) in pairs {
             if let Some(data) = self.blocks.get_mut(host as usize).and_then(Option::take) {
                 cache.write_blocks(&[device], &data);
+                bytes += std::mem::size_of_val(data.as_slice()) as u64;
             }
         }
+        bytes
     }
 
     /// Forgets every copy (the requests they belonged to failed with an executor restart).

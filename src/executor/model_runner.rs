@@ -10,7 +10,9 @@ use super::prompt_logprobs::{
     MAX_PROMPT_LOGPROB_ROWS, Pass, chunk_prompt_logprobs, logit_rows, prompt_logprob_passes, wants_prompt_logprobs,
 };
 use super::sampler::{SamplingContext, apply_token_mask, sample, token_rng};
-use crate::engine::step::{ExecutorError, ModelOutput, ScheduledSequence, SchedulerOutput};
+use std::time::Instant;
+
+use crate::engine::step::{ExecutorError, KvTransfer, ModelOutput, ScheduledSequence, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
 use crate::model::Backend;
 use crate::model::transformer::{Model, SequenceBatch};
@@ -65,10 +67,19 @@ impl ModelRunner {
 
     /// Fork copies first (their sources may be reused by this very step), then swap-outs
     /// (their device blocks may be too).
-    fn swap(&mut self, batch: &SchedulerOutput) {
+    fn swap(&mut self, batch: &SchedulerOutput) -> (KvTransfer, KvTransfer) {
         self.cache.copy_blocks(&batch.copy_blocks);
-        self.host.swap_out(&self.cache, &batch.swap_out);
-        self.host.swap_in(&mut self.cache, &batch.swap_in);
+        let timed = |copy: &mut dyn FnMut() -> u64| {
+            let started = Instant::now();
+            let bytes = copy();
+            KvTransfer {
+                bytes,
+                seconds: started.elapsed().as_secs_f64(),
+            }
+        };
+        let out = timed(&mut || self.host.swap_out(&self.cache, &batch.swap_out));
+        let back = timed(&mut || self.host.swap_in(&mut self.cache, &batch.swap_in));
+        (out, back)
     }
 
     /// One forward pass over `sequences`: the logits rows each asks for, row-major.
@@ -97,14 +108,18 @@ impl ModelRunner {
 
 impl Executor for ModelRunner {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
-        self.swap(batch);
+        let (swapped_out, swapped_in) = self.swap(batch);
         self.grammars.begin_step();
         let output = match prompt_logprob_passes(&batch.sequences, MAX_PROMPT_LOGPROB_ROWS) {
             None => self.run_pass(&batch.sequences),
             Some(passes) => self.run_passes(batch.sequences.len(), passes),
         };
         self.grammars.end_step();
-        output
+        output.map(|output| ModelOutput {
+            swapped_out,
+            swapped_in,
+            ..output
+        })
     }
 
     fn reset(&mut self) {
@@ -183,7 +198,7 @@ impl ModelRunner {
             grammar_mask_seconds,
             prompt_logprobs,
             grammar_failures,
-            step_seconds: 0.0,
+            ..ModelOutput::default()
         })
     }
 

@@ -28,6 +28,7 @@ use std::time::Instant;
 use super::block_hash::{BlockHash, hash_block};
 use super::events::{KvCacheEvent, KvEventLog};
 use super::residency::{BlockResidency, ResidencyObservations};
+use super::swapped::{HostHashes, Swapped};
 use crate::engine::types::RequestId;
 
 /// Sizes of both pools and whether full blocks are shared between requests by content.
@@ -134,8 +135,10 @@ pub struct BlockManager {
     tables: HashMap<RequestId, Table>,
     num_cpu_blocks: usize,
     cpu_free: VecDeque<u32>,
-    /// Swapped-out requests' host blocks, in block-table order.
-    swapped: HashMap<RequestId, Vec<u32>>,
+    /// Swapped-out requests: their host blocks and hashed full blocks.
+    swapped: HashMap<RequestId, Swapped>,
+    /// The hashes swapped requests announced in the host pool (KV events).
+    host_hashes: HostHashes,
     /// Residency of sampled blocks (`--kv-cache-metrics`); `None` when off.
     residency: Option<BlockResidency>,
     /// Prefix-cache changes for KV-cache events; `None` unless `record_kv_events` was called.
@@ -169,6 +172,7 @@ impl BlockManager {
             num_cpu_blocks: cfg.num_cpu_blocks,
             cpu_free: (0..cfg.num_cpu_blocks as u32).collect(),
             swapped: HashMap::new(),
+            host_hashes: HostHashes::default(),
             residency: None,
             events: None,
             copies: Vec::new(),
@@ -461,7 +465,7 @@ impl BlockManager {
         self.release(&table.blocks);
         let pairs = table.blocks.iter().copied().zip(host.iter().copied()).collect();
         tracing::debug!(%id, blocks = host.len(), "swapped out");
-        self.swapped.insert(id.clone(), host);
+        self.swapped.insert(id.clone(), Swapped::new(host, table.hashes));
         Some(pairs)
     }
 
@@ -469,7 +473,7 @@ impl BlockManager {
     pub fn can_swap_in(&self, id: &RequestId) -> bool {
         self.swapped
             .get(id)
-            .is_some_and(|host| host.len() <= self.num_free_blocks())
+            .is_some_and(|s| s.host.len() <= self.num_free_blocks())
     }
 
     /// Brings swapped `id` back into fresh device blocks and frees its host blocks. Returns
@@ -480,7 +484,11 @@ impl BlockManager {
         if !self.can_swap_in(id) {
             return None;
         }
-        let host = self.swapped.remove(id).expect("checked above");
+        let swapped = self.swapped.remove(id).expect("checked above");
+        if let Some(log) = self.events.as_mut() {
+            swapped.withdraw(&mut self.host_hashes, log);
+        }
+        let host = swapped.host;
         let device: Vec<u32> = host.iter().map(|_| self.take_block()).collect();
         self.cpu_free.extend(&host);
         let pairs = host.into_iter().zip(device.iter().copied()).collect();
@@ -500,8 +508,19 @@ impl BlockManager {
 
     /// Drops a swapped request's host blocks (abort while swapped); a no-op otherwise.
     pub fn free_swapped(&mut self, id: &RequestId) {
-        if let Some(host) = self.swapped.remove(id) {
-            self.cpu_free.extend(host);
+        if let Some(swapped) = self.swapped.remove(id) {
+            if let Some(log) = self.events.as_mut() {
+                swapped.withdraw(&mut self.host_hashes, log);
+            }
+            self.cpu_free.extend(swapped.host);
+        }
+    }
+
+    /// Announces swapped `id`'s hashed blocks in medium `CPU` (KV events on); `tokens` are
+    /// its tokens so far. The scheduler calls it right after `swap_out`.
+    pub fn announce_swapped(&mut self, id: &RequestId, tokens: &[u32]) {
+        if let (Some(log), Some(swapped)) = (self.events.as_mut(), self.swapped.get_mut(id)) {
+            swapped.announce(&mut self.host_hashes, log, tokens, self.block_size);
         }
     }
 

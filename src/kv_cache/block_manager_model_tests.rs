@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 use super::*;
+use crate::kv_cache::events::Medium;
 
 fn config(num_gpu_blocks: usize, num_cpu_blocks: usize, block_size: usize, prefix: bool) -> BlockManagerConfig {
     BlockManagerConfig {
@@ -208,7 +209,7 @@ impl Model {
             Op::SwapIn { who } => {
                 let Some(i) = self.pick(who, true) else { return };
                 let r = &mut self.reqs[i];
-                let host = bm.swapped[&r.id].clone();
+                let host = bm.swapped[&r.id].host.clone();
                 let can = bm.can_swap_in(&r.id);
                 assert_eq!(can, host.len() <= bm.num_free_blocks());
                 match bm.swap_in(&r.id) {
@@ -322,7 +323,7 @@ impl Model {
 
         // Host: each block is free or held by exactly one swapped request.
         let mut host: Vec<u32> = bm.cpu_free.iter().copied().collect();
-        host.extend(bm.swapped.values().flatten());
+        host.extend(bm.swapped.values().flat_map(|s| s.host.iter().copied()));
         host.sort_unstable();
         assert_eq!(host, (0..CPU as u32).collect::<Vec<_>>(), "host leak or double use");
         let host_used = CPU - bm.cpu_free.len();
@@ -334,7 +335,7 @@ impl Model {
         for r in &self.reqs {
             assert_eq!(bm.is_swapped(&r.id), r.swapped);
             let blocks = if r.swapped {
-                bm.swapped[&r.id].as_slice()
+                bm.swapped[&r.id].host.as_slice()
             } else {
                 bm.block_table(&r.id)
             };
@@ -374,7 +375,9 @@ fn replay_events(set: &mut HashSet<u64>, events: Vec<KvCacheEvent>) {
                 parent_block_hash,
                 token_ids,
                 block_size,
+                medium,
             } => {
+                assert_eq!(medium, Medium::Gpu, "this model never announces swapped blocks");
                 let mut parent = parent_block_hash;
                 for (hash, tokens) in block_hashes.into_iter().zip(token_ids.chunks(block_size)) {
                     assert_eq!(
@@ -386,7 +389,8 @@ fn replay_events(set: &mut HashSet<u64>, events: Vec<KvCacheEvent>) {
                     parent = Some(hash);
                 }
             }
-            KvCacheEvent::BlockRemoved { block_hashes } => {
+            KvCacheEvent::BlockRemoved { block_hashes, medium } => {
+                assert_eq!(medium, Medium::Gpu);
                 for hash in block_hashes {
                     assert!(set.remove(&hash), "removed a hash never stored");
                 }

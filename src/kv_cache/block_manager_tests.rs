@@ -225,3 +225,67 @@ fn empty_pools_report_zero_usage() {
     let bm = BlockManager::with_config(config(0, 0, 4, true));
     assert_eq!((bm.usage(), bm.cpu_usage(), bm.num_cpu_blocks()), (0.0, 0.0, 0));
 }
+
+#[test]
+fn swapped_blocks_are_announced_in_the_cpu_medium_and_withdrawn_when_they_return() {
+    use super::super::events::Medium;
+    // Device room to spare: swap-in evicts no cached block (no GPU removals in the way).
+    let mut bm = BlockManager::with_config(config(8, 4, 2, true));
+    bm.record_kv_events();
+    let (a, b) = (id("a"), id("b"));
+    let tokens = [1, 2, 3, 4, 5];
+    run_prompt(&mut bm, &a, &tokens);
+    let gpu_stored = bm.take_kv_events();
+    let hashes = match gpu_stored.as_slice() {
+        [
+            KvCacheEvent::BlockStored {
+                block_hashes,
+                medium: Medium::Gpu,
+                ..
+            },
+        ] => block_hashes.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(hashes.len(), 2, "two full blocks of 2");
+
+    bm.swap_out(&a).expect("room on the host");
+    bm.announce_swapped(&a, &tokens);
+    bm.announce_swapped(&a, &tokens); // once only
+    assert_eq!(
+        bm.take_kv_events(),
+        vec![KvCacheEvent::BlockStored {
+            block_hashes: hashes.clone(),
+            parent_block_hash: None,
+            token_ids: vec![1, 2, 3, 4],
+            block_size: 2,
+            medium: Medium::Cpu,
+        }],
+        "the same chain, in the host pool; the device copies stay cached (GPU) until evicted"
+    );
+    bm.swap_in(&a).expect("room on the device");
+    assert_eq!(
+        bm.take_kv_events(),
+        vec![KvCacheEvent::BlockRemoved {
+            block_hashes: hashes,
+            medium: Medium::Cpu,
+        }]
+    );
+
+    // Dropped while swapped: withdrawn too. Not announced (no call): nothing to withdraw.
+    bm.free(&a);
+    run_prompt(&mut bm, &b, &[9, 9, 8, 8]);
+    bm.swap_out(&b).expect("room");
+    bm.take_kv_events();
+    bm.free_swapped(&b);
+    assert!(bm.take_kv_events().is_empty());
+    run_prompt(&mut bm, &a, &tokens);
+    bm.swap_out(&a).expect("room");
+    bm.announce_swapped(&a, &tokens);
+    bm.take_kv_events();
+    bm.free_swapped(&a);
+    let removed = bm.take_kv_events();
+    assert!(
+        matches!(removed.as_slice(), [KvCacheEvent::BlockRemoved { medium: Medium::Cpu, block_hashes }] if block_hashes.len() == 2),
+        "{removed:?}"
+    );
+}

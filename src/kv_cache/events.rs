@@ -5,6 +5,26 @@
 
 use super::block_hash::BlockHash;
 
+/// Where a block's KV lives (vLLM's `medium`): the engine's own pool, or the host swap pool
+/// a request's blocks move to when it is preempted by swapping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Medium {
+    /// vLLM's `GPU`: kiln's device KV pool, on any device.
+    #[default]
+    Gpu,
+    /// vLLM's `CPU`: the host swap pool.
+    Cpu,
+}
+
+impl Medium {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Gpu => "GPU",
+            Self::Cpu => "CPU",
+        }
+    }
+}
+
 /// One change to the set of cached block hashes (vLLM's `KVCacheEvent` variants).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvCacheEvent {
@@ -16,9 +36,14 @@ pub enum KvCacheEvent {
         parent_block_hash: Option<BlockHash>,
         token_ids: Vec<u32>,
         block_size: usize,
+        medium: Medium,
     },
-    /// These blocks were evicted: their hashes no longer hit.
-    BlockRemoved { block_hashes: Vec<BlockHash> },
+    /// These blocks left `medium`: evicted from the prefix cache (`Gpu`), or brought back
+    /// from or dropped by the swap pool (`Cpu`).
+    BlockRemoved {
+        block_hashes: Vec<BlockHash>,
+        medium: Medium,
+    },
     /// Every cached block was forgotten (the executor restarted with an empty cache).
     AllBlocksCleared,
 }
@@ -34,11 +59,18 @@ pub struct KvEventLog {
 impl KvEventLog {
     /// A block holding `tokens`, child of `parent`, is now cached under `hash`.
     pub fn stored(&mut self, parent: Option<BlockHash>, hash: BlockHash, tokens: &[u32]) {
+        self.stored_in(Medium::Gpu, parent, hash, tokens);
+    }
+
+    /// As [`stored`](Self::stored), in `medium`.
+    pub fn stored_in(&mut self, medium: Medium, parent: Option<BlockHash>, hash: BlockHash, tokens: &[u32]) {
         if let Some(KvCacheEvent::BlockStored {
             block_hashes,
             token_ids,
+            medium: last_medium,
             ..
         }) = self.events.last_mut()
+            && *last_medium == medium
             && parent.is_some()
             && block_hashes.last().copied() == parent
         {
@@ -51,17 +83,29 @@ impl KvEventLog {
             parent_block_hash: parent,
             token_ids: tokens.to_vec(),
             block_size: tokens.len(),
+            medium,
         });
     }
 
     /// The block cached under `hash` was evicted.
     pub fn removed(&mut self, hash: BlockHash) {
-        if let Some(KvCacheEvent::BlockRemoved { block_hashes }) = self.events.last_mut() {
+        self.removed_from(Medium::Gpu, hash);
+    }
+
+    /// The block under `hash` left `medium`.
+    pub fn removed_from(&mut self, medium: Medium, hash: BlockHash) {
+        if let Some(KvCacheEvent::BlockRemoved {
+            block_hashes,
+            medium: last_medium,
+        }) = self.events.last_mut()
+            && *last_medium == medium
+        {
             block_hashes.push(hash);
             return;
         }
         self.events.push(KvCacheEvent::BlockRemoved {
             block_hashes: vec![hash],
+            medium,
         });
     }
 
@@ -96,19 +140,40 @@ mod tests {
                     parent_block_hash: None,
                     token_ids: vec![1, 2, 3, 4],
                     block_size: 2,
+                    medium: Medium::Gpu,
                 },
                 KvCacheEvent::BlockStored {
                     block_hashes: vec![12],
                     parent_block_hash: Some(99),
                     token_ids: vec![5, 6],
                     block_size: 2,
+                    medium: Medium::Gpu,
                 },
                 KvCacheEvent::BlockRemoved {
-                    block_hashes: vec![10, 11]
+                    block_hashes: vec![10, 11],
+                    medium: Medium::Gpu,
                 },
                 KvCacheEvent::AllBlocksCleared,
             ]
         );
         assert!(log.take().is_empty());
+    }
+
+    #[test]
+    fn events_of_different_media_never_merge() {
+        let mut log = KvEventLog::default();
+        log.stored(None, 10, &[1, 2]);
+        log.stored_in(Medium::Cpu, Some(10), 11, &[3, 4]); // a child, but in another medium
+        log.removed(10);
+        log.removed_from(Medium::Cpu, 11);
+        let media: Vec<Medium> = log
+            .take()
+            .iter()
+            .map(|e| match e {
+                KvCacheEvent::BlockStored { medium, .. } | KvCacheEvent::BlockRemoved { medium, .. } => *medium,
+                KvCacheEvent::AllBlocksCleared => unreachable!(),
+            })
+            .collect();
+        assert_eq!(media, [Medium::Gpu, Medium::Cpu, Medium::Gpu, Medium::Cpu]);
     }
 }

@@ -8,3 +8,4 @@ pub mod device_cache;
 pub mod events;
 pub mod residency;
 pub mod slot_runs;
+pub mod swapped;

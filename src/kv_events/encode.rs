@@ -3,9 +3,11 @@
 //!
 //! - `EventBatch`: `[ts: float64, events: [...], data_parallel_rank: int]`;
 //! - `BlockStored`: `["BlockStored", block_hashes, parent_block_hash | nil, token_ids,
-//!   block_size, lora_id (nil), medium ("GPU"), lora_name (nil)]` (the trailing defaults
+//!   block_size, lora_id (nil), medium, lora_name (nil)]` (the trailing defaults
 //!   `extra_keys` and `group_idx` left out, as msgspec omits them when unset);
-//! - `BlockRemoved`: `["BlockRemoved", block_hashes, medium ("GPU")]`;
+//! - `BlockRemoved`: `["BlockRemoved", block_hashes, medium]`;
+//!
+//! `medium` is `"GPU"` for kiln's own KV pool (on any device) and `"CPU"` for its host swap pool.
 //! - `AllBlocksCleared`: `["AllBlocksCleared"]`.
 //!
 //! Hashes are unsigned integers (vLLM's default, `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`);
@@ -14,9 +16,8 @@
 use rmp::encode::{self, ValueWriteError};
 
 use crate::kv_cache::events::KvCacheEvent;
-
-/// vLLM's `MEDIUM_GPU`: the engine's own KV pool (kiln's "GPU" blocks, on any device).
-const MEDIUM: &str = "GPU";
+#[cfg(test)]
+use crate::kv_cache::events::Medium;
 
 /// One `EventBatch` payload: the events of one engine step, stamped `ts` (seconds since the
 /// Unix epoch), from data-parallel rank `dp_rank` (kiln is one rank: 0, as vLLM writes it).
@@ -44,6 +45,7 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
             parent_block_hash,
             token_ids,
             block_size,
+            medium,
         } => {
             encode::write_array_len(out, 8)?;
             encode::write_str(out, "BlockStored")?;
@@ -58,14 +60,14 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
             }
             encode::write_uint(out, *block_size as u64)?;
             write_nil(out)?; // lora_id
-            encode::write_str(out, MEDIUM)?;
+            encode::write_str(out, medium.as_str())?;
             write_nil(out)?; // lora_name
         }
-        KvCacheEvent::BlockRemoved { block_hashes } => {
+        KvCacheEvent::BlockRemoved { block_hashes, medium } => {
             encode::write_array_len(out, 3)?;
             encode::write_str(out, "BlockRemoved")?;
             write_hashes(out, block_hashes)?;
-            encode::write_str(out, MEDIUM)?;
+            encode::write_str(out, medium.as_str())?;
         }
         KvCacheEvent::AllBlocksCleared => {
             encode::write_array_len(out, 1)?;
@@ -106,9 +108,11 @@ mod tests {
                 parent_block_hash: None,
                 token_ids: vec![7, 300],
                 block_size: 1,
+                medium: Medium::Gpu,
             },
             KvCacheEvent::BlockRemoved {
                 block_hashes: vec![200],
+                medium: Medium::Cpu,
             },
             KvCacheEvent::AllBlocksCleared,
         ];
@@ -131,7 +135,7 @@ mod tests {
         expected.push(0xa0 | 12);
         expected.extend(b"BlockRemoved");
         expected.extend([0x91, 0xcc, 200]); // [200 as uint8]
-        expected.extend([0xa3, b'G', b'P', b'U']);
+        expected.extend([0xa3, b'C', b'P', b'U']); // the swap pool's medium
         expected.push(0x91); // AllBlocksCleared: the tag alone
         expected.push(0xa0 | 16);
         expected.extend(b"AllBlocksCleared");
@@ -146,6 +150,7 @@ mod tests {
             parent_block_hash: Some(4),
             token_ids: vec![1],
             block_size: 1,
+            medium: Medium::Gpu,
         };
         let bytes = encode_batch(0.0, &[stored], 0);
         // ... "BlockStored", [5], 4, ...

@@ -279,6 +279,8 @@ impl Scheduler {
         {
             out.swap_out.extend(pairs);
             let mut request = self.running.remove(index);
+            let computed = request.tokens(0, request.num_computed);
+            self.blocks.announce_swapped(&request.id, &computed);
             request.note(RequestEventKind::SwappedOut, now);
             tracing::debug!(id = %request.id, "preempted (swap)");
             self.swapped.push_back(request);
@@ -352,6 +354,8 @@ impl Scheduler {
         }
         iteration.grammar_mask_seconds.extend(&output.grammar_mask_seconds);
         iteration.step_duration_s = Some(output.step_seconds);
+        iteration.swapped_out = output.swapped_out;
+        iteration.swapped_in = output.swapped_in;
         let shape = batch.sequences.iter().fold(StepShape::default(), |mut shape, seq| {
             shape.add(StepShape::chunk(seq.token_ids.len(), seq.start_position));
             shape

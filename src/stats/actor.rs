@@ -250,6 +250,7 @@ impl Instruments {
         self.engine.avg_generation_throughput.record(0.0, &self.model);
         self.engine.engine_restarts.add(0, &self.model);
         self.structured.record_initial(&self.model);
+        self.kv_offload.record_initial(&self.model);
     }
 
     fn record_step(&self, s: &SchedulerStats, it: &IterationStats) {
@@ -270,6 +271,7 @@ impl Instruments {
         self.flagged.record_step(m, s, it);
         self.structured.record_step(m, it);
         self.step_duration.record_step(m, it);
+        self.kv_offload.record_step(m, it);
         self.token_load.record_step(m, &s.tokens);
         e.generation_tokens.add(it.num_generation_tokens, m);
         if it.num_batched_tokens > 0 {
@@ -373,6 +375,7 @@ impl Instruments {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::data::KvTransfer;
     use crate::stats::exporter::test_support::{config, finished, value};
     use crate::stats::exporter::{TelemetryConfig, build_telemetry, render_metrics};
 
@@ -410,6 +413,11 @@ mod tests {
                 ],
                 grammar_mask_seconds: Vec::new(),
                 step_duration_s: Some(0.05),
+                swapped_out: KvTransfer {
+                    bytes: 4096,
+                    seconds: 0.25,
+                },
+                swapped_in: KvTransfer::default(),
             },
         }
     }
@@ -453,6 +461,12 @@ mod tests {
         assert_eq!(v("vllm:iteration_tokens_total_count", &[]), Some(1.0));
         // One step ran on the executor (the idle record carries no step time).
         assert_eq!(v("kiln_step_duration_seconds_count", &[]), Some(1.0));
+        // Swap traffic by direction; the direction without traffic is there at 0.
+        let out = [("transfer_type", "GPU_to_CPU")];
+        let back = [("transfer_type", "CPU_to_GPU")];
+        assert_eq!(v("vllm:kv_offload_total_bytes_total", &out), Some(4096.0));
+        assert_eq!(v("vllm:kv_offload_total_time_total", &out), Some(0.25));
+        assert_eq!(v("vllm:kv_offload_total_bytes_total", &back), Some(0.0));
         assert_eq!(v("kiln_step_duration_seconds_bucket", &[("le", "0.05")]), Some(1.0));
         assert_eq!(v("kiln_step_duration_seconds_bucket", &[("le", "0.02")]), Some(0.0));
         assert_eq!(v("vllm:request_params_n_count", &[]), Some(3.0));

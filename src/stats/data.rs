@@ -7,6 +7,7 @@ use actix::Message;
 
 use super::step_cost::StepCost;
 use crate::engine::intervals::RequestIntervals;
+pub use crate::engine::step::KvTransfer;
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{FinishReason, Operation};
 use crate::kv_cache::residency::ResidencyObservations;
@@ -74,6 +75,9 @@ pub struct IterationStats {
     pub grammar_mask_seconds: Vec<f64>,
     /// The executor's wall time for this step (`None` outside a step: aborts, failures).
     pub step_duration_s: Option<f64>,
+    /// KV blocks copied to the host swap pool this step, and back from it.
+    pub swapped_out: KvTransfer,
+    pub swapped_in: KvTransfer,
 }
 
 /// Everything the stats actor records for one finished request; intervals come from

@@ -90,6 +90,9 @@ pub mod engine {
     pub const PREFIX_CACHE_QUERIES: Spec = spec("prefix_cache_queries", "{token}", "Prompt tokens looked up in the prefix cache.");
     pub const PREFIX_CACHE_HITS: Spec = spec("prefix_cache_hits", "{token}", "Prompt tokens found in the prefix cache.");
     pub const ADMISSION_REJECTIONS: Spec = spec("admission_rejections", "{request}", "Requests refused at the door, by reason.");
+    // vLLM's KV-offload names, for kiln's host swap pool.
+    pub const KV_OFFLOAD_TOTAL_BYTES: Spec = spec("kv_offload_total_bytes", "{byte}", "Bytes of KV blocks copied between the device pool and the host swap pool, by transfer_type (GPU_to_CPU: swap-out, CPU_to_GPU: swap-in).");
+    pub const KV_OFFLOAD_TOTAL_TIME: Spec = spec("kv_offload_total_time", "{second}", "Seconds spent copying KV blocks between the device pool and the host swap pool, by transfer_type.");
     // Histograms (`_seconds` is appended for unit `s`); bucket families are configurable.
     pub const TIME_TO_FIRST_TOKEN: HistogramSpec = hist("time_to_first_token", "s", "Time from arrival to the first generated token.", B::Ttft);
     pub const INTER_TOKEN_LATENCY: HistogramSpec = hist("inter_token_latency", "s", "Time between two consecutive tokens of one request.", B::Itl);

@@ -16,6 +16,7 @@ pub mod flagged;
 pub mod histogram_store;
 pub mod instrumentator;
 pub mod instruments;
+mod kv_offload;
 pub mod metrics_endpoint;
 pub mod native_buckets;
 pub mod otlp;

@@ -14,7 +14,7 @@ use kiln::scheduler::actor::{GetKvEventsSnapshot, KvEventsSnapshot};
 use serde_json::{Value, json};
 
 use crate::common::process::free_port;
-use crate::common::{Tiny, start_fake, start_tiny};
+use crate::common::{Tiny, metric_value, start_fake, start_tiny};
 
 pub(crate) const TOPIC: &str = "kv@kiln-test-pod@tiny-llama";
 
@@ -244,4 +244,46 @@ fn an_executor_restart_publishes_all_blocks_cleared_and_kiln_binds_where_vllm_wo
         !kiln.cached_block_hashes.is_empty(),
         "the cache filled again after the restart"
     );
+}
+
+#[test]
+#[ignore = "needs a Python with pyzmq and msgpack (KILN_TEST_PYTHON); .ci/run provides it"]
+fn swap_pressure_shows_the_host_tier_in_events_and_counts_its_traffic() {
+    let sub_port = free_port();
+    let replay_port = free_port();
+    let pub_endpoint = format!("tcp://127.0.0.1:{sub_port}");
+    let replay_endpoint = format!("tcp://127.0.0.1:{replay_port}");
+    let mut subscriber = Subscriber::start("bind", &pub_endpoint, &replay_endpoint);
+    let t = start_tiny(|c| {
+        c.engine.enable_prefix_caching = true;
+        c.engine.block_size = 4;
+        // 16 blocks (64 tokens) for six requests of up to 44 tokens each: preemption.
+        c.engine.num_gpu_blocks_override = 16;
+        c.engine.preemption_mode = kiln::config::PreemptionMode::Swap;
+        c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
+    });
+    std::thread::scope(|s| {
+        for i in 0..6u32 {
+            let t = &t;
+            s.spawn(move || complete(t, &tokens(1000 + 37 * i, 12 + i), 32));
+        }
+    });
+    let (state, kiln) = subscriber.sync_with(&t);
+    assert_same_set(&state, &kiln);
+    let text = t.get_text("/metrics").1;
+    let metric = |name: &str, fragment: &str| metric_value(&text, name, fragment).unwrap_or_else(|| panic!("{name}"));
+    assert!(
+        metric("vllm:num_preemptions_total", "") > 0.0,
+        "the budget forces preemption"
+    );
+    let out = metric("vllm:kv_offload_total_bytes_total", "GPU_to_CPU");
+    let back = metric("vllm:kv_offload_total_bytes_total", "CPU_to_GPU");
+    assert!(out > 0.0, "swapping moved blocks to the host pool:\n{text}");
+    assert_eq!(out, back, "every swapped request came back before it finished");
+    assert!(metric("vllm:kv_offload_total_time_total", "GPU_to_CPU") > 0.0);
+    // The host tier appeared in the events and is empty again: every block announced in
+    // CPU was withdrawn when its request came back.
+    assert!(state["counts"]["BlockStored:CPU"].as_u64() > Some(0), "{state}");
+    assert!(state["counts"]["BlockRemoved:CPU"].as_u64() > Some(0), "{state}");
+    assert_eq!(state["cpu_hashes"], json!([]), "{state}");
 }

@@ -65,10 +65,16 @@ def event_fields(event):
 class Index:
     def __init__(self, topic):
         self.topic = topic
-        self.hashes = set()
+        # Hashes per medium, as llm-d's precise-prefix scorer keeps them: "GPU" is kiln's
+        # prefix cache, "CPU" its host swap pool.
+        self.tiers = {"GPU": set(), "CPU": set()}
+        self.hashes = self.tiers["GPU"]
         self.next_seq = 0
         self.payloads = {}
-        self.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0, "replayed": 0}
+        self.counts = {
+            "BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0, "replayed": 0,
+            "BlockStored:CPU": 0, "BlockRemoved:CPU": 0,
+        }
         self.errors = []
 
     def error(self, message):
@@ -119,8 +125,10 @@ class Index:
             if not all(isinstance(t, int) for t in tokens) or not isinstance(block_size, int):
                 self.error("BlockStored: token_ids or block_size not integers")
                 return
-            if fields[5] is not None or fields[6] != "GPU" or fields[7] is not None:
+            if fields[5] is not None or fields[6] not in self.tiers or fields[7] is not None:
                 self.error(f"BlockStored: lora_id/medium/lora_name {fields[5:8]!r}")
+                return
+            tier = self.tiers[fields[6]]
             if len(tokens) != block_size * len(hashes):
                 self.error(f"BlockStored: {len(tokens)} tokens for {len(hashes)} blocks of {block_size}")
                 return
@@ -128,22 +136,27 @@ class Index:
                 expected = kiln_block_hash(parent, tokens[i * block_size:(i + 1) * block_size])
                 if h != expected:
                     self.error(f"BlockStored: hash {h:#x} is not the hash of its parent and tokens")
-                self.hashes.add(h)
+                if h in tier:
+                    self.error(f"BlockStored: {h:#x} stored twice in {fields[6]}")
+                tier.add(h)
                 parent = h
-            self.counts["BlockStored"] += 1
+            self.counts["BlockStored" if fields[6] == "GPU" else "BlockStored:CPU"] += 1
         elif tag == "BlockRemoved":
-            if len(fields) != 3 or fields[2] != "GPU":
+            if len(fields) != 3 or fields[2] not in self.tiers:
                 self.error(f"BlockRemoved fields {fields!r}")
+                return
+            tier = self.tiers[fields[2]]
             for h in fields[1]:
                 h = hash_as_u64(h)
-                if h not in self.hashes:
-                    self.error(f"BlockRemoved: {h:#x} was never stored")
-                self.hashes.discard(h)
-            self.counts["BlockRemoved"] += 1
+                if h not in tier:
+                    self.error(f"BlockRemoved: {h:#x} was never stored in {fields[2]}")
+                tier.discard(h)
+            self.counts["BlockRemoved" if fields[2] == "GPU" else "BlockRemoved:CPU"] += 1
         elif tag == "AllBlocksCleared":
             if len(fields) != 1:
                 self.error(f"AllBlocksCleared fields {fields!r}")
-            self.hashes.clear()
+            for tier in self.tiers.values():
+                tier.clear()
             self.counts["AllBlocksCleared"] += 1
         else:
             self.error(f"unknown vLLM event tag: {tag!r}")
@@ -151,6 +164,7 @@ class Index:
     def state(self):
         return {
             "hashes": sorted(self.hashes),
+            "cpu_hashes": sorted(self.tiers["CPU"]),
             "next_seq": self.next_seq,
             "counts": self.counts,
             "errors": self.errors,
