@@ -328,7 +328,8 @@ run_kiln() {
   rm -f "$OUT_DIR"/kiln-c*.json
   log "starting kiln on 127.0.0.1:$port"
   # The same KV capacity as llama.cpp (KV_TOKENS tokens) and the same 32 concurrent sequences.
-  "$KILN_BIN" serve --model "$MODEL" --host 127.0.0.1 --port "$port" \
+  # Prompt caching off, as llama.cpp's below (the env var, which older builds read too).
+  KILN_ENABLE_PREFIX_CACHING=false "$KILN_BIN" serve --model "$MODEL" --host 127.0.0.1 --port "$port" \
     --block-size "$KILN_BLOCK_SIZE" --num-gpu-blocks-override "$((KV_TOKENS / KILN_BLOCK_SIZE))" \
     --max-num-seqs "$SLOTS" >"$log_file" 2>&1 &
   SERVER_PID=$!

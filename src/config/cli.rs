@@ -101,9 +101,14 @@ pub struct ServeArgs {
     /// Host memory in GiB for the swap pool (preemption mode swap).
     #[arg(long, env = "KILN_SWAP_SPACE")]
     pub swap_space: Option<f64>,
-    /// Reuse the KV blocks of prompts that start like an earlier one.
-    #[arg(long, env = "KILN_ENABLE_PREFIX_CACHING")]
-    pub enable_prefix_caching: bool,
+    /// Reuse the KV blocks of prompts that start like an earlier one: bare, or `=true` /
+    /// `=false` (default true, as vLLM v1).
+    #[arg(long, env = "KILN_ENABLE_PREFIX_CACHING", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_prefix_caching: Option<bool>,
+    /// Turn prefix caching off (vLLM's spelling).
+    #[arg(long, conflicts_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
     /// Schedule each step while the one before runs (true or false; default true).
     #[arg(long, env = "KILN_ASYNC_SCHEDULING", action = clap::ArgAction::Set)]
     pub async_scheduling: Option<bool>,
@@ -308,8 +313,9 @@ impl ServeArgs {
         set(&mut c.engine.max_waiting, &self.max_waiting);
         set(&mut c.engine.preemption_mode, &self.preemption_mode);
         set(&mut c.engine.swap_space_gib, &self.swap_space);
-        if self.enable_prefix_caching {
-            c.engine.enable_prefix_caching = true;
+        set(&mut c.engine.enable_prefix_caching, &self.enable_prefix_caching);
+        if self.no_enable_prefix_caching {
+            c.engine.enable_prefix_caching = false;
         }
         set(&mut c.engine.async_scheduling, &self.async_scheduling);
         set(&mut c.telemetry.engine_prefix, &self.engine_prefix);
@@ -398,6 +404,24 @@ mod tests {
         assert!(parse(&[]));
         assert!(!parse(&["--async-scheduling", "false"]));
         assert!(parse(&["--async-scheduling", "true"]));
+    }
+
+    #[test]
+    fn prefix_caching_flags_in_vllms_spellings() {
+        let parse = |extra: &[&str]| {
+            let cli = Cli::try_parse_from(["kiln", "serve"].iter().chain(extra)).expect("parses");
+            let Command::Serve(args) = cli.command else {
+                panic!("serve")
+            };
+            args.resolve().expect("valid").engine.enable_prefix_caching
+        };
+        assert_eq!(parse(&[]), Config::default().engine.enable_prefix_caching);
+        assert!(parse(&["--enable-prefix-caching"]));
+        assert!(parse(&["--enable-prefix-caching=true"]));
+        assert!(!parse(&["--enable-prefix-caching=false"]));
+        assert!(!parse(&["--no-enable-prefix-caching"]));
+        let both = ["kiln", "serve", "--enable-prefix-caching", "--no-enable-prefix-caching"];
+        assert!(Cli::try_parse_from(both).is_err());
     }
 
     #[test]

@@ -113,7 +113,8 @@ pub struct EngineConfig {
     pub preemption_mode: PreemptionMode,
     /// Host memory (GiB) for the swap pool of `preemption_mode = "swap"`.
     pub swap_space_gib: f64,
-    /// Reuse the KV blocks of prompts that start like an earlier one.
+    /// Reuse the KV blocks of prompts that start like an earlier one (on by default, as in
+    /// vLLM v1: its cost without reuse is within noise, see docs/02-configuration.md).
     pub enable_prefix_caching: bool,
     /// Schedule each step while the one before runs, so the executor never waits for the
     /// scheduler.
@@ -224,7 +225,7 @@ impl Default for EngineConfig {
             max_waiting: 1024,
             preemption_mode: PreemptionMode::Recompute,
             swap_space_gib: 4.0,
-            enable_prefix_caching: false,
+            enable_prefix_caching: true,
             async_scheduling: true,
             max_engine_restarts: 3,
             step_timeout_s: 300.0,
