@@ -391,17 +391,16 @@ impl Scheduler {
             }
             let request = &mut self.running[index];
             let Some(sampled) = sampled else { continue };
-            // A choice that forked its prompt from a sibling computed none of it but the
-            // last token: the sibling counts the prompt, once for the body.
+            // Every engine request counts its prompt once (METRICS.md, as vLLM counts each
+            // choice). A choice that forked its prompt from a sibling computed only its last
+            // token: the rest is counted as cached (`prompt_tokens_by_source`'s
+            // local_cache_hit, the response's `cached_tokens`).
             if !request.prefill_counted {
                 request.prefill_counted = true;
-                request.prompt_from_sibling = request.forked_prompt;
-                if !request.prompt_from_sibling {
-                    iteration.num_prompt_tokens += prompt_len as u64;
-                    let cached = request.cached_prompt_tokens.unwrap_or(0).min(prompt_len);
-                    iteration.num_prompt_tokens_cached += cached as u64;
-                    iteration.prefill_kv_computed_tokens.push((prompt_len - cached) as u64);
-                }
+                iteration.num_prompt_tokens += prompt_len as u64;
+                let cached = request.cached_prompt_tokens.unwrap_or(0).min(prompt_len);
+                iteration.num_prompt_tokens_cached += cached as u64;
+                iteration.prefill_kv_computed_tokens.push((prompt_len - cached) as u64);
             }
             if let Some(at) = grammar_failures.iter().position(|(id, _)| *id == seq.id) {
                 // The token was sampled under a broken mask: the request fails instead.

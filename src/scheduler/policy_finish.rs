@@ -27,12 +27,7 @@ impl Scheduler {
             finish_reason: reason,
             operation: request.operation,
             error_type,
-            // A choice whose prompt was a sibling's counts none of it (see `prompt_from_sibling`).
-            prompt_tokens: if request.prompt_from_sibling {
-                0
-            } else {
-                usage.prompt_tokens as u64
-            },
+            prompt_tokens: usage.prompt_tokens as u64,
             generation_tokens: usage.completion_tokens as u64,
             // The API fits an open bound to the context; one left open ran to what it made.
             max_tokens: request

@@ -35,12 +35,9 @@ pub(crate) struct Request {
     /// Prompt tokens found in the prefix cache at its first admission (`None` until then):
     /// the prefix-cache counters count one lookup per request, however often it is retried.
     pub cached_prompt_tokens: Option<usize>,
-    /// Its prompt's KV was forked from a sibling's (`policy_prompt_sharing`): the sibling
-    /// counted the prompt's tokens, so this choice does not again.
+    /// Its prompt's KV was forked from a sibling's (`policy_prompt_sharing`): it computes
+    /// only the last prompt token, and counts the rest as cached.
     pub forked_prompt: bool,
-    /// Fixed at its first token: its prompt was a sibling's, so it adds 0 prompt tokens to
-    /// the metrics, the per-request histogram included (its sum stays `prompt_tokens_total`).
-    pub prompt_from_sibling: bool,
     /// Hashes of the prompt's full blocks, computed once when first asked (the token-load
     /// gauges look them up in the prefix cache every step).
     prompt_block_hashes: OnceLock<Vec<BlockHash>>,
@@ -65,7 +62,6 @@ impl Request {
             prefill_counted: false,
             cached_prompt_tokens: None,
             forked_prompt: false,
-            prompt_from_sibling: false,
             prompt_block_hashes: OnceLock::new(),
         }
     }

@@ -38,22 +38,24 @@ fn complete(t: &Tiny, prompt: &[u32], n: u32, max_tokens: u32) -> Value {
     body
 }
 
-/// Prompt tokens, iteration tokens (all tokens the steps ran) and finished requests, once
-/// the stats actor has recorded `requests` finished requests.
-fn counts_after(t: &Tiny, requests: f64) -> (f64, f64) {
+/// Prompt tokens, those computed (not cached) and iteration tokens (all tokens the steps
+/// ran), once the stats actor has recorded `requests` finished requests.
+fn counts_after(t: &Tiny, requests: f64) -> (f64, f64, f64) {
     let finished = |m: &str| metric_value(m, "vllm:request_success_total", "finished_reason=\"length\"");
     let text = scrape_until(t, |m| finished(m).unwrap_or(0.0) >= requests);
+    let computed = metric_value(&text, "vllm:prompt_tokens_by_source_total", "source=\"local_compute\"");
     (
         counter(&text, "vllm:prompt_tokens_total"),
+        computed.expect("prompt tokens by source"),
         counter(&text, "vllm:iteration_tokens_total_sum"),
     )
 }
 
 fn n4_computes_the_prompt_once(t: &Tiny, prompt: &[u32], max_tokens: u32) {
     let one = complete(t, prompt, 1, max_tokens);
-    let (prompt_after_one, iteration_after_one) = counts_after(t, 1.0);
+    let (prompt_after_one, computed_after_one, iteration_after_one) = counts_after(t, 1.0);
     let four = complete(t, prompt, 4, max_tokens);
-    let (prompt_after_four, iteration_after_four) = counts_after(t, 5.0);
+    let (prompt_after_four, computed_after_four, iteration_after_four) = counts_after(t, 5.0);
 
     let expected = &choice_tokens(&one)[0];
     assert_eq!(expected.len(), max_tokens as usize);
@@ -62,7 +64,9 @@ fn n4_computes_the_prompt_once(t: &Tiny, prompt: &[u32], max_tokens: u32) {
     }
     let p = prompt.len() as f64;
     assert_eq!(prompt_after_one, p);
-    assert_eq!(prompt_after_four - prompt_after_one, p, "the n=4 prompt counted once");
+    // Each choice counts its prompt (METRICS.md's per-request rule); what three of them
+    // took from the first is counted as cached, so the computed tokens show one prefill.
+    assert_eq!(prompt_after_four - prompt_after_one, 4.0 * p);
     assert_eq!(four["usage"]["prompt_tokens"], json!(prompt.len()));
     // One prefill (less what the prefix cache, when on, kept from the n=1 run), plus the
     // last prompt token of each sibling, then every choice's decodes.
@@ -75,6 +79,12 @@ fn n4_computes_the_prompt_once(t: &Tiny, prompt: &[u32], max_tokens: u32) {
         iteration_after_four - iteration_after_one,
         p - cached + 3.0 + 4.0 * decodes,
         "the n=4 request ran one prefill ({cached} prompt tokens cached)"
+    );
+    assert_eq!(computed_after_one, p);
+    assert_eq!(
+        computed_after_four - computed_after_one,
+        p - cached + 3.0,
+        "local_compute: one prompt, plus each sibling's last token"
     );
 }
 
