@@ -11,7 +11,6 @@ use kiln::config::{Config, PreemptionMode};
 use kiln::testing::{direct_engine, greedy_request, run_to_completion};
 use serde_json::{Value, json};
 
-use crate::common::process::free_port;
 use crate::common::{Tiny, metric_value, scrape_until, start_model};
 use crate::kv_events::{Subscriber, assert_same_set, events_config};
 
@@ -226,9 +225,7 @@ fn outputs_under_a_tiny_kv_budget_equal_outputs_alone_in_both_preemption_modes_o
 #[ignore = "needs a Python with pyzmq and msgpack (KILN_TEST_PYTHON); .ci/run provides it"]
 fn a_kv_event_subscriber_rebuilds_the_prefix_cache_on_every_architecture() {
     for arch in ARCHES {
-        let pub_endpoint = format!("tcp://127.0.0.1:{}", free_port());
-        let replay_endpoint = format!("tcp://127.0.0.1:{}", free_port());
-        let mut subscriber = Subscriber::start("bind", &pub_endpoint, &replay_endpoint);
+        let (mut subscriber, pub_endpoint, replay_endpoint) = Subscriber::bound();
         let t = serve(arch, |c| {
             c.engine.enable_prefix_caching = true;
             c.engine.block_size = 4;

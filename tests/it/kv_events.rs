@@ -44,6 +44,15 @@ impl Subscriber {
         subscriber
     }
 
+    /// A subscriber that binds fresh loopback endpoints, as llm-d's indexer does (every
+    /// replica's PUB connects to it), with the endpoints for kiln's `--kv-events-config`.
+    pub(crate) fn bound() -> (Self, String, String) {
+        let pub_endpoint = format!("tcp://127.0.0.1:{}", free_port());
+        let replay_endpoint = format!("tcp://127.0.0.1:{}", free_port());
+        let subscriber = Self::start("bind", &pub_endpoint, &replay_endpoint);
+        (subscriber, pub_endpoint, replay_endpoint)
+    }
+
     fn read_line(&mut self) -> String {
         let mut line = String::new();
         self.stdout.read_line(&mut line).expect("read the subscriber");
@@ -133,12 +142,7 @@ fn tokens(start: u32, len: u32) -> Vec<u32> {
 #[test]
 #[ignore = "needs a Python with pyzmq and msgpack (KILN_TEST_PYTHON); .ci/run provides it"]
 fn a_subscriber_decoding_like_llm_d_rebuilds_the_prefix_cache_after_a_mixed_workload() {
-    let sub_port = free_port();
-    let replay_port = free_port();
-    let pub_endpoint = format!("tcp://127.0.0.1:{sub_port}");
-    let replay_endpoint = format!("tcp://127.0.0.1:{replay_port}");
-    // llm-d's layout: the indexer binds, every replica's PUB connects to it.
-    let mut subscriber = Subscriber::start("bind", &pub_endpoint, &replay_endpoint);
+    let (mut subscriber, pub_endpoint, replay_endpoint) = Subscriber::bound();
     let t = start_tiny(|c| {
         c.engine.enable_prefix_caching = true;
         c.engine.block_size = 4;
@@ -249,11 +253,7 @@ fn an_executor_restart_publishes_all_blocks_cleared_and_kiln_binds_where_vllm_wo
 #[test]
 #[ignore = "needs a Python with pyzmq and msgpack (KILN_TEST_PYTHON); .ci/run provides it"]
 fn swap_pressure_shows_the_host_tier_in_events_and_counts_its_traffic() {
-    let sub_port = free_port();
-    let replay_port = free_port();
-    let pub_endpoint = format!("tcp://127.0.0.1:{sub_port}");
-    let replay_endpoint = format!("tcp://127.0.0.1:{replay_port}");
-    let mut subscriber = Subscriber::start("bind", &pub_endpoint, &replay_endpoint);
+    let (mut subscriber, pub_endpoint, replay_endpoint) = Subscriber::bound();
     let t = start_tiny(|c| {
         c.engine.enable_prefix_caching = true;
         c.engine.block_size = 4;
