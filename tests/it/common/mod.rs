@@ -33,25 +33,15 @@ pub fn start_tiny(tweak: impl FnOnce(&mut Config)) -> Tiny {
 
 /// [`start_tiny`] on a tiny model of the given spec (e.g. with another chat template).
 pub fn start_tiny_spec(spec: TinyModelSpec, tweak: impl FnOnce(&mut Config)) -> Tiny {
-    let (dir, model_path, config) = tiny_setup(spec, tweak);
-    let files = open_model(&model_path).expect("open tiny model");
-    let prepared: kiln::server::PreparedEngine<ModelRunner> = prepare_model(&config, files).expect("prepare");
-    let server = TestServer::start(config, prepared).expect("server starts");
-    Tiny {
-        server,
-        client: client(),
-        _dir: dir,
-        model_path,
-    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model_path = write_tiny_model(dir.path(), spec).expect("tiny model");
+    start_model(dir, model_path, tweak)
 }
 
 /// Starts kiln on the model at `model_path` (a fixture; `dir` is kept alive with the server);
 /// `tweak` adjusts the config first.
 pub fn start_model(dir: tempfile::TempDir, model_path: PathBuf, tweak: impl FnOnce(&mut Config)) -> Tiny {
-    let mut config = Config::default();
-    config.model.path = model_path.display().to_string();
-    config.engine.kv_cache_memory = "16MiB".into();
-    config.telemetry.log_interval_s = 60.0;
+    let mut config = test_config(&model_path);
     tweak(&mut config);
     let files = open_model(&model_path).expect("open model");
     let prepared: kiln::server::PreparedEngine<ModelRunner> = prepare_model(&config, files).expect("prepare");
@@ -87,12 +77,19 @@ pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> 
 fn tiny_setup(spec: TinyModelSpec, tweak: impl FnOnce(&mut Config)) -> (tempfile::TempDir, PathBuf, Config) {
     let dir = tempfile::tempdir().expect("tempdir");
     let model_path = write_tiny_model(dir.path(), spec).expect("tiny model");
+    let mut config = test_config(&model_path);
+    tweak(&mut config);
+    (dir, model_path, config)
+}
+
+/// The configuration every test server starts from: `model_path`, a small KV cache, and no
+/// periodic throughput log in the way.
+fn test_config(model_path: &std::path::Path) -> Config {
     let mut config = Config::default();
     config.model.path = model_path.display().to_string();
     config.engine.kv_cache_memory = "16MiB".into();
     config.telemetry.log_interval_s = 60.0;
-    tweak(&mut config);
-    (dir, model_path, config)
+    config
 }
 
 fn client() -> reqwest::blocking::Client {
