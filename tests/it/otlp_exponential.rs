@@ -3,54 +3,15 @@
 //! points for the latency histograms whose count and sum equal `/metrics`' classic histogram
 //! of the same family, which keeps its `le` buckets.
 
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-
 use kiln::executor::fake::FakeBehaviour;
 use serde_json::{Value, json};
 
+use crate::common::oteltap::Oteltap;
 use crate::common::process::free_port;
 use crate::common::wait::wait_for;
-use crate::common::{Tiny, metric_value, scrape_until, start_fake, tool};
+use crate::common::{Tiny, metric_value, scrape_until, start_fake};
 
 const REQUESTS: usize = 5;
-
-/// oteltap printing what it receives as NDJSON; killed when dropped.
-struct Oteltap {
-    child: Child,
-    out: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Oteltap {
-    fn start(port: u16) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let out = dir.path().join("oteltap.ndjson");
-        let file = std::fs::File::create(&out).expect("output file");
-        let child = Command::new(tool("KILN_TEST_OTELTAP"))
-            .env("PYTHONUNBUFFERED", "1")
-            .args(["--port", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start oteltap");
-        let tap = Self { child, out, _dir: dir };
-        crate::common::wait::wait_until("oteltap to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
-        tap
-    }
-
-    fn received(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-}
-
-impl Drop for Oteltap {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// `v[key]`, with `key` in protobuf JSON's camelCase or the proto's snake_case.
 fn field<'a>(v: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {

@@ -2,14 +2,12 @@
 //! (oteltap, `KILN_TEST_OTELTAP`) counts successes, and the counter itself reaches the
 //! collector; pushing to a closed loopback port counts failures. Both read from `/metrics`.
 
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-
 use kiln::executor::fake::FakeBehaviour;
 
+use crate::common::oteltap::Oteltap;
 use crate::common::process::free_port;
 use crate::common::wait::wait_until;
-use crate::common::{Tiny, metric_value, scrape_until, start_fake, tool};
+use crate::common::{Tiny, metric_value, scrape_until, start_fake};
 
 const EXPORTS: &str = "kiln_otlp_metric_exports_total";
 
@@ -24,43 +22,6 @@ fn pushing_to(port: u16) -> Tiny {
 
 fn exports(text: &str, result: &str) -> f64 {
     metric_value(text, EXPORTS, &format!("result=\"{result}\"")).expect("both result series exist")
-}
-
-/// oteltap on `port`, printing what it receives as NDJSON into a file; killed when dropped.
-struct Oteltap {
-    child: Child,
-    out: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Oteltap {
-    fn start(port: u16) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let out = dir.path().join("oteltap.ndjson");
-        let file = std::fs::File::create(&out).expect("output file");
-        let child = Command::new(tool("KILN_TEST_OTELTAP"))
-            .env("PYTHONUNBUFFERED", "1")
-            .args(["--port", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start oteltap");
-        let tap = Self { child, out, _dir: dir };
-        wait_until("oteltap to listen", || TcpStream::connect(("127.0.0.1", port)).is_ok());
-        tap
-    }
-
-    fn received(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
-    }
-}
-
-impl Drop for Oteltap {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod first_logits;
+pub mod oteltap;
 pub mod pki;
 pub mod process;
 pub mod prometheus_server;
