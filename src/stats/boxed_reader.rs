@@ -1,5 +1,6 @@
-//! A boxed metric reader the meter provider builder accepts.
+//! A metric reader behind a pointer, which the meter provider builder accepts.
 
+use std::ops::Deref;
 use std::sync::Weak;
 use std::time::Duration;
 
@@ -8,12 +9,17 @@ use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::reader::MetricReader;
 use opentelemetry_sdk::metrics::{InstrumentKind, Pipeline, Temporality};
 
-/// `with_reader` wants a sized `MetricReader`; this forwards to a boxed one so callers
-/// can pass readers of different exporter types in one `Vec`.
-#[derive(Debug)]
-pub(super) struct BoxedReader(pub(super) Box<dyn MetricReader>);
+/// `with_reader` wants a sized `MetricReader`; this forwards to one behind `P`: a
+/// `Box<dyn MetricReader>`, so callers can pass readers of different exporter types in one
+/// `Vec`, or an `Arc`, so a test can still collect from a reader it handed over.
+#[derive(Debug, Clone)]
+pub(super) struct BoxedReader<P>(pub(super) P);
 
-impl MetricReader for BoxedReader {
+impl<P, R> MetricReader for BoxedReader<P>
+where
+    P: Deref<Target = R> + std::fmt::Debug + Send + Sync + 'static,
+    R: MetricReader + ?Sized,
+{
     fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
         self.0.register_pipeline(pipeline)
     }

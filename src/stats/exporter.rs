@@ -349,12 +349,9 @@ mod tests {
     use super::*;
     use crate::engine::types::FinishReason;
     use crate::stats::data::{IterationStats, SchedulerStats};
-    use std::sync::Weak;
-    use std::time::Duration;
 
-    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::metrics::ManualReader;
     use opentelemetry_sdk::metrics::data::ResourceMetrics;
-    use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, Temporality};
 
     const GAUGES: &[&str] = &[
         "num_requests_running",
@@ -543,31 +540,10 @@ mod tests {
         assert_eq!(err.to_string(), "telemetry.buckets.ttft is not strictly increasing");
     }
 
-    /// A reader the test can still collect from after handing it to the provider.
-    #[derive(Debug, Clone)]
-    struct SharedReader(Arc<ManualReader>);
-
-    impl MetricReader for SharedReader {
-        fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-            self.0.register_pipeline(pipeline)
-        }
-        fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-            self.0.collect(rm)
-        }
-        fn force_flush(&self) -> OTelSdkResult {
-            self.0.force_flush()
-        }
-        fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-            self.0.shutdown_with_timeout(timeout)
-        }
-        fn temporality(&self, kind: InstrumentKind) -> Temporality {
-            self.0.temporality(kind)
-        }
-    }
-
     #[test]
     fn push_readers_see_the_same_instruments() {
-        let shared = SharedReader(Arc::new(ManualReader::builder().build()));
+        // An Arc: the test still collects from the reader it handed to the provider.
+        let shared = BoxedReader(Arc::new(ManualReader::builder().build()));
         let t = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
         let mut rm = ResourceMetrics::default();
         shared.collect(&mut rm).unwrap();
