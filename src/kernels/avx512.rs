@@ -17,7 +17,15 @@ pub(super) unsafe fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, row
     assert_row_kernel_bounds(x, tokens, w, &rows, out);
     if tokens == 1 {
         // SAFETY: the assert above bounds every row, block and the token.
-        unsafe { one_token_rows(w, x, rows, out) };
+        unsafe {
+            match w.format {
+                BlockFormat::Nibbles => one_token_rows::<NIBBLES>(w, x, rows, out),
+                BlockFormat::Bytes => one_token_rows::<BYTES>(w, x, rows, out),
+                BlockFormat::FiveBit => one_token_rows::<FIVE_BIT>(w, x, rows, out),
+                BlockFormat::HalfScaledBytes => one_token_rows::<HALF_SCALED_BYTES>(w, x, rows, out),
+                BlockFormat::OffsetBytes => one_token_rows::<OFFSET_BYTES>(w, x, rows, out),
+            }
+        }
         return;
     }
     for_each_tile(tokens, rows, out, |r, t0, n, o| {
@@ -32,14 +40,31 @@ pub(super) unsafe fn rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, row
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
-    let bpr = w.blocks_per_row();
     assert!(out.len() >= w.cols && row < w.rows);
     assert_blocks_exist(w);
+    // SAFETY: the asserts above bound the row's blocks and the destination.
+    unsafe {
+        match w.format {
+            BlockFormat::Nibbles => widen_row_as::<NIBBLES>(w, row, out),
+            BlockFormat::Bytes => widen_row_as::<BYTES>(w, row, out),
+            BlockFormat::FiveBit => widen_row_as::<FIVE_BIT>(w, row, out),
+            BlockFormat::HalfScaledBytes => widen_row_as::<HALF_SCALED_BYTES>(w, row, out),
+            BlockFormat::OffsetBytes => widen_row_as::<OFFSET_BYTES>(w, row, out),
+        }
+    }
+}
+
+/// [`widen_row`] in the format coded `FORMAT`.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `row` is a row of `w` and `out` holds `w.cols` values.
+#[target_feature(enable = "avx512f")]
+unsafe fn widen_row_as<const FORMAT: u8>(w: &PackedMatrix, row: usize, out: &mut [f32]) {
+    let bpr = w.blocks_per_row();
     for b in 0..bpr {
-        // SAFETY: the asserts above bound the block and the destination.
+        // SAFETY: the caller bounds the block and the destination.
         unsafe {
-            let block = row * bpr + b;
-            let [low, high] = block_values(w, block);
+            let [low, high] = block_values::<FORMAT>(w, row * bpr + b);
             let dst = out.as_mut_ptr().add(b * BLOCK);
             _mm512_storeu_ps(dst, low);
             _mm512_storeu_ps(dst.add(16), high);
@@ -49,8 +74,14 @@ pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
 
 macro_rules! tiles {
     ($w:ident, $r:ident, $x:ident, $t0:ident, $n:ident, $o:ident; $($len:literal)*) => {
-        match $n {
-            $( $len => tile::<$len>($w, $r, $x, $t0, $o), )*
+        match ($w.format, $n) {
+            $(
+                (BlockFormat::Nibbles, $len) => tile::<$len, NIBBLES>($w, $r, $x, $t0, $o),
+                (BlockFormat::Bytes, $len) => tile::<$len, BYTES>($w, $r, $x, $t0, $o),
+                (BlockFormat::FiveBit, $len) => tile::<$len, FIVE_BIT>($w, $r, $x, $t0, $o),
+                (BlockFormat::HalfScaledBytes, $len) => tile::<$len, HALF_SCALED_BYTES>($w, $r, $x, $t0, $o),
+                (BlockFormat::OffsetBytes, $len) => tile::<$len, OFFSET_BYTES>($w, $r, $x, $t0, $o),
+            )*
             _ => unreachable!("token tiles hold 1 to 8 tokens"),
         }
     };
@@ -66,13 +97,13 @@ unsafe fn dispatch_tile(w: &PackedMatrix, r: usize, x: &[f32], t0: usize, n: usi
     unsafe { tiles!(w, r, x, t0, n, o; 1 2 3 4 5 6 7 8) }
 }
 
-/// `out[t] = x[t0 + t] · W[row]` for `t < N`.
+/// `out[t] = x[t0 + t] · W[row]` for `t < N`, `W` in the format coded `FORMAT`.
 ///
 /// # Safety
 /// The CPU must support AVX-512F; `row` is a row of `w`, `x` holds tokens `t0 .. t0 + N` of
 /// `w.cols` values each, and `out` holds at least `N` values.
 #[target_feature(enable = "avx512f")]
-unsafe fn tile<const N: usize>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
+unsafe fn tile<const N: usize, const FORMAT: u8>(w: &PackedMatrix, row: usize, x: &[f32], t0: usize, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
     let cols = w.cols;
     // SAFETY: `rows_kernel` checked that rows, blocks and tokens are in bounds.
@@ -82,7 +113,7 @@ unsafe fn tile<const N: usize>(w: &PackedMatrix, row: usize, x: &[f32], t0: usiz
         let mut acc = [[_mm512_setzero_ps(); 2]; N];
         let xp = x.as_ptr().add(t0 * cols);
         for b in 0..bpr {
-            let [low, high] = block_values(w, row * bpr + b);
+            let [low, high] = block_values::<FORMAT>(w, row * bpr + b);
             for (t, acc) in acc.iter_mut().enumerate() {
                 let p = xp.add(t * cols + b * BLOCK);
                 acc[0] = _mm512_fmadd_ps(low, _mm512_loadu_ps(p), acc[0]);
@@ -97,6 +128,29 @@ unsafe fn tile<const N: usize>(w: &PackedMatrix, row: usize, x: &[f32], t0: usiz
 
 /// Rows sharing one pass over the token's activations in [`one_token_rows`].
 const ROW_GROUP: usize = 4;
+/// How far ahead of the row group [`one_token_rows`] prefetches its quantised values: the
+/// next group's, so their cache misses overlap this group's arithmetic (a one-token step
+/// waits on memory, and the hardware prefetcher alone left the loads stalling).
+const PREFETCH_GROUPS: usize = 2;
+
+/// The formats as const parameters, so each kernel is compiled per format: with the format
+/// matched per block, the accumulators lived on the stack (docs/08-performance.md).
+const NIBBLES: u8 = 0;
+const BYTES: u8 = 1;
+const HALF_SCALED_BYTES: u8 = 2;
+const OFFSET_BYTES: u8 = 3;
+const FIVE_BIT: u8 = 4;
+
+/// The [`BlockFormat`] a format code stands for.
+const fn format_of(code: u8) -> BlockFormat {
+    match code {
+        NIBBLES => BlockFormat::Nibbles,
+        BYTES => BlockFormat::Bytes,
+        HALF_SCALED_BYTES => BlockFormat::HalfScaledBytes,
+        OFFSET_BYTES => BlockFormat::OffsetBytes,
+        _ => BlockFormat::FiveBit,
+    }
+}
 
 /// One token (a one-stream decode step), [`ROW_GROUP`] rows at a time: each activation vector
 /// is loaded once for the group, and the group's eight independent FMA chains hide the FMA
@@ -106,19 +160,31 @@ const ROW_GROUP: usize = 4;
 /// # Safety
 /// The CPU must support AVX-512F; the caller bounds `rows`, their blocks, `x` and `out`.
 #[target_feature(enable = "avx512f")]
-unsafe fn one_token_rows(w: &PackedMatrix, x: &[f32], rows: Range<usize>, out: &mut [f32]) {
+unsafe fn one_token_rows<const FORMAT: u8>(w: &PackedMatrix, x: &[f32], rows: Range<usize>, out: &mut [f32]) {
     let bpr = w.blocks_per_row();
     let base = rows.start;
     let mut r = rows.start;
-    // SAFETY: forwarded from the caller.
+    let quant_bytes = format_of(FORMAT).quant_bytes();
+    // The group's quants are `group_bytes` contiguous bytes; the prefetch stays inside `rows`.
+    let group_bytes = ROW_GROUP * bpr * quant_bytes;
+    let quants_end = rows.end * bpr * quant_bytes;
+    // SAFETY: forwarded from the caller; prefetches never fault, and stay inside the matrix.
     unsafe {
         while r + ROW_GROUP <= rows.end {
             let mut acc = [[_mm512_setzero_ps(); 2]; ROW_GROUP];
+            let ahead = (r * bpr * quant_bytes + PREFETCH_GROUPS * group_bytes).min(quants_end);
+            let ahead_end = (ahead + group_bytes).min(quants_end);
+            let mut line = ahead;
             for b in 0..bpr {
+                if line < ahead_end {
+                    _mm_prefetch::<_MM_HINT_T0>(w.quants.as_ptr().add(line).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(w.quants.as_ptr().add(line + 64).cast());
+                    line += 128;
+                }
                 let p = x.as_ptr().add(b * BLOCK);
                 let (x_low, x_high) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    let [low, high] = block_values(w, (r + i) * bpr + b);
+                    let [low, high] = block_values::<FORMAT>(w, (r + i) * bpr + b);
                     acc[0] = _mm512_fmadd_ps(low, x_low, acc[0]);
                     acc[1] = _mm512_fmadd_ps(high, x_high, acc[1]);
                 }
@@ -129,23 +195,24 @@ unsafe fn one_token_rows(w: &PackedMatrix, x: &[f32], rows: Range<usize>, out: &
             r += ROW_GROUP;
         }
         for r in r..rows.end {
-            tile::<1>(w, r, x, 0, &mut out[r - base..][..1]);
+            tile::<1, FORMAT>(w, r, x, 0, &mut out[r - base..][..1]);
         }
     }
 }
 
-/// A block's 32 values as two vectors of sixteen.
+/// A block in the format coded `FORMAT` (which must be `w.format`'s) as two vectors of
+/// sixteen.
 ///
 /// # Safety
 /// The CPU must support AVX-512F, and `block` is a block of `w`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn block_values(w: &PackedMatrix, block: usize) -> [__m512; 2] {
+unsafe fn block_values<const FORMAT: u8>(w: &PackedMatrix, block: usize) -> [__m512; 2] {
     // SAFETY: the caller bounds `block`. (No closures here: they may be compiled without
     // this function's target features, which makes every intrinsic in them a call.)
     unsafe {
         let scales = w.scales.as_ptr();
-        match w.format {
+        match format_of(FORMAT) {
             BlockFormat::Nibbles => {
                 // `q * scale + min`: low nibbles are elements 0..16, high nibbles 16..32. The
                 // block's sixteen possible values form a table (one FMA), and each half is a
