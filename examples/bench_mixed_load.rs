@@ -15,13 +15,15 @@
 mod cpu_info;
 #[path = "common/server_probe.rs"]
 mod server_probe;
+#[path = "common/stream_client.rs"]
+mod stream_client;
 
-use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::{Value, json};
+use stream_client::Outcome;
 
 #[derive(Parser)]
 struct Args {
@@ -64,57 +66,9 @@ fn words(n: usize, salt: usize) -> String {
         .join(" ")
 }
 
-/// One streamed completion: time to first token, gaps between tokens, prompt tokens.
-#[derive(Debug, Default, Clone)]
-struct Timing {
-    ttft: Option<f64>,
-    itls: Vec<f64>,
-    prompt_tokens: u64,
-    error: Option<String>,
-}
-
-fn stream(client: &reqwest::blocking::Client, base: &str, body: Value) -> Timing {
-    let start = Instant::now();
-    let mut timing = Timing::default();
-    let resp = match client.post(format!("{base}/v1/completions")).json(&body).send() {
-        Ok(r) if r.status().is_success() => r,
-        Ok(r) => {
-            timing.error = Some(format!("HTTP {}", r.status().as_u16()));
-            return timing;
-        }
-        Err(e) => {
-            timing.error = Some(e.to_string());
-            return timing;
-        }
-    };
-    let mut last: Option<Instant> = None;
-    for line in BufReader::new(resp).lines().map_while(Result::ok) {
-        let Some(data) = line.strip_prefix("data: ") else {
-            continue;
-        };
-        if data == "[DONE]" {
-            break;
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            continue;
-        };
-        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-            timing.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0);
-        }
-        let has_text = chunk["choices"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["text"].as_str().is_some_and(|t| !t.is_empty())));
-        if !has_text {
-            continue;
-        }
-        let now = Instant::now();
-        match last {
-            None => timing.ttft = Some(now.duration_since(start).as_secs_f64()),
-            Some(prev) => timing.itls.push(now.duration_since(prev).as_secs_f64()),
-        }
-        last = Some(now);
-    }
-    timing
+/// One streamed completion at `base`.
+fn stream(client: &reqwest::blocking::Client, base: &str, body: Value) -> Outcome {
+    stream_client::stream(client, &format!("{base}/v1/completions"), &body)
 }
 
 fn body(model: &str, prompt: String, max_tokens: usize, n: usize) -> Value {
@@ -122,6 +76,12 @@ fn body(model: &str, prompt: String, max_tokens: usize, n: usize) -> Value {
         "model": model, "prompt": prompt, "max_tokens": max_tokens, "n": n, "stream": true,
         "stream_options": {"include_usage": true}, "temperature": 0.0, "ignore_eos": true,
     })
+}
+
+/// The 1, 5 and 15-minute load averages (empty where /proc is missing): the machine is shared.
+fn load_average() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().take(3).map(str::to_string).collect()
 }
 
 fn percentiles(mut v: Vec<f64>) -> Value {
@@ -145,6 +105,7 @@ fn main() -> anyhow::Result<()> {
     };
     let base = args.base_url.as_str();
     let model = model.as_str();
+    let load_at_start = load_average();
     let longs_done = AtomicBool::new(false);
     let start = Instant::now();
     let (longs, shorts, streams, long_wall) = std::thread::scope(|scope| {
@@ -181,11 +142,11 @@ fn main() -> anyhow::Result<()> {
                 all
             })
         };
-        let longs: Vec<Timing> = long_handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+        let longs: Vec<Outcome> = long_handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
         let long_wall = start.elapsed().as_secs_f64();
         longs_done.store(true, Ordering::Relaxed);
         let shorts = short_handle.join().unwrap_or_default();
-        let streams: Vec<Timing> = stream_handles
+        let streams: Vec<Outcome> = stream_handles
             .into_iter()
             .flat_map(|h| h.join().unwrap_or_default())
             .collect();
@@ -197,15 +158,16 @@ fn main() -> anyhow::Result<()> {
         .chain(&streams)
         .filter_map(|t| t.error.clone())
         .collect();
-    let long_prompt_tokens: u64 = longs.iter().map(|t| t.prompt_tokens).sum();
+    let long_prompt_tokens: u64 = longs.iter().map(|t| t.input_tokens).sum();
     let report = json!({
         "base_url": args.base_url, "model": model, "cpu": cpu_info::cpu_info(),
         "long_prompts": args.long_prompts, "long_len_words": args.long_len, "long_n": args.long_n,
         "long_prompt_tokens": long_prompt_tokens, "long_wall_s": long_wall,
         "long_prompt_tokens_per_s": long_prompt_tokens as f64 / long_wall,
-        "short_ttft": percentiles(shorts.iter().filter_map(|t| t.ttft).collect()),
+        "short_ttft": percentiles(shorts.iter().filter(|t| t.ok).map(|t| t.ttft).collect()),
         "stream_itl": percentiles(streams.iter().flat_map(|t| t.itls.clone()).collect()),
         "errors": errors,
+        "load_average": load_at_start, "load_average_end": load_average(),
     });
     let ms = |v: &Value| v.as_f64().map_or("-".into(), |x| format!("{x:.0}"));
     println!("| figure | value |\n|---|---|");

@@ -19,9 +19,12 @@ mod server_probe;
 
 #[path = "common/scrape_load.rs"]
 mod scrape_load;
+#[path = "common/stream_client.rs"]
+mod stream_client;
 
 use scrape_load::{ScrapeLoad, scrape_at};
 use server_probe::{first_model, scrape};
+use stream_client::Outcome;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -82,19 +85,6 @@ struct Args {
     output_json: Option<String>,
 }
 
-/// One request's client-side timings.
-#[derive(Default, Clone)]
-struct Outcome {
-    ok: bool,
-    /// Why a failed request failed (HTTP status, connection or stream error).
-    error: Option<String>,
-    input_tokens: u64,
-    output_tokens: u64,
-    ttft: f64,
-    itls: Vec<f64>,
-    e2e: f64,
-}
-
 const WORDS: [&str; 16] = [
     "the", "river", "stone", "quiet", "market", "lamp", "winter", "garden", "signal", "paper", "orbit", "copper",
     "harbor", "maple", "engine", "violet",
@@ -149,62 +139,7 @@ fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt:
     if args.ignore_eos {
         body["ignore_eos"] = json!(true);
     }
-    let start = Instant::now();
-    let mut outcome = Outcome::default();
-    let resp = match client.post(format!("{}{path}", args.base_url)).json(&body).send() {
-        Ok(resp) => resp,
-        Err(e) => {
-            outcome.error = Some(format!("request: {e}"));
-            return outcome;
-        }
-    };
-    if !resp.status().is_success() {
-        outcome.error = Some(format!("HTTP {}", resp.status().as_u16()));
-        return outcome;
-    }
-    let mut last: Option<Instant> = None;
-    for line in BufReader::new(resp).lines() {
-        let line = match line {
-            Ok(line) => line,
-            Err(e) => {
-                outcome.error = Some(format!("stream: {e}"));
-                return outcome;
-            }
-        };
-        let Some(data) = line.strip_prefix("data: ") else {
-            continue;
-        };
-        if data == "[DONE]" {
-            break;
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            continue;
-        };
-        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-            outcome.input_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0);
-            outcome.output_tokens = usage["completion_tokens"].as_u64().unwrap_or(0);
-        }
-        let choice = &chunk["choices"][0];
-        let text = choice["text"]
-            .as_str()
-            .or_else(|| choice["delta"]["content"].as_str())
-            .unwrap_or("");
-        if text.is_empty() {
-            continue;
-        }
-        let now = Instant::now();
-        match last {
-            None => outcome.ttft = now.duration_since(start).as_secs_f64(),
-            Some(prev) => outcome.itls.push(now.duration_since(prev).as_secs_f64()),
-        }
-        last = Some(now);
-    }
-    outcome.e2e = start.elapsed().as_secs_f64();
-    outcome.ok = last.is_some();
-    if !outcome.ok {
-        outcome.error = Some("stream ended without a token".into());
-    }
-    outcome
+    stream_client::stream(client, &format!("{}{path}", args.base_url), &body)
 }
 
 /// A counting semaphore for `--max-concurrency`.

@@ -3,14 +3,14 @@
 //! burn's path gathers every sequence's context into new tensors and runs a dozen ops per
 //! sequence per layer; at 32 decoding sequences that is ~10k small ops per step. Here one
 //! parallel pass over the step's query tokens does it, with no copies of the context. Spans
-//! with many new tokens (prefill) go through [`attend_span_tiled`] instead.
+//! with many new tokens (prefill) go through [`attend_span_flash`] instead.
 
 pub use super::attention_types::{HeadShape, SequenceSpan};
 
+use super::attention_flash::{FLASH_MIN_QUERIES, attend_span_flash};
 #[cfg(test)]
 use super::attention_piece::attend_piece_on;
 use super::attention_split::{Unit, attend_units};
-use super::attention_tiled::{TILED_MIN_QUERIES, attend_span_tiled};
 #[cfg(test)]
 use super::dispatch::KernelPath;
 
@@ -42,7 +42,7 @@ pub fn paged_attention(
     let (tiled, per_row): (Vec<_>, Vec<_>) = spans
         .iter()
         .enumerate()
-        .partition(|(_, span)| span.len >= TILED_MIN_QUERIES);
+        .partition(|(_, span)| span.len >= FLASH_MIN_QUERIES);
     // Per query row: the sequence it belongs to and how many context positions it sees.
     let mut rows: Vec<Option<(usize, usize)>> = vec![None; tokens];
     for (s, span) in per_row {
@@ -61,7 +61,7 @@ pub fn paged_attention(
     attend_units(q, k_cache, v_cache, &units, shape, &mut out);
     for (_, span) in tiled {
         let rows = span.first_row * q_width..(span.first_row + span.len) * q_width;
-        attend_span_tiled(&q[rows.clone()], k_cache, v_cache, span, shape, &mut out[rows]);
+        attend_span_flash(&q[rows.clone()], k_cache, v_cache, span, shape, &mut out[rows]);
     }
     out
 }
@@ -221,7 +221,7 @@ pub(super) mod tests {
             num_kv_heads: 2,
             head_dim: 16,
         };
-        let threshold = super::TILED_MIN_QUERIES;
+        let threshold = super::FLASH_MIN_QUERIES;
         check_against_reference(&[(81, 70), (threshold + 3, threshold), (30, 1)], shape, 1e-4);
     }
 

@@ -173,13 +173,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-#[inline(always)]
-pub(super) fn softmax_in_place(scores: &mut [f32]) {
-    let (_, sum) = exp_shifted_in_place(scores);
-    let inv = 1.0 / sum;
-    scores.iter_mut().for_each(|s| *s *= inv);
-}
-
 /// `s ← exp(s - max)` over `scores`; returns `(max, Σ exp(s - max))`.
 #[inline(always)]
 fn exp_shifted_in_place(scores: &mut [f32]) -> (f32, f32) {

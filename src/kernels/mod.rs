@@ -3,9 +3,9 @@
 
 pub mod activation;
 pub mod attention;
+mod attention_flash;
 mod attention_piece;
 mod attention_split;
-mod attention_tiled;
 mod attention_types;
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -447,17 +447,23 @@ impl BlockManager {
     /// Swap preemption: moves every block of `id` to the host pool and returns (device, host)
     /// pairs, which the caller must copy before any freed device block is written again (i.e.
     /// before the next forward pass). `None`, changing nothing, when `id` holds no blocks, the
-    /// host pool lacks room, or `id` shares a block (the caller then preempts by recompute).
-    /// Cached blocks stay cached as evictable: their device contents are still valid.
+    /// host pool lacks room, or a block of `id` still waits for its fork copy (the caller then
+    /// preempts by recompute). Cached blocks stay cached as evictable: their device contents
+    /// are still valid.
+    ///
+    /// A block `id` shares (the prompt of `n > 1` choices, a prefix-cache hit) goes to the
+    /// host as `id`'s private copy: `id` only drops its reference, so the others keep the
+    /// device block, and `swap_in` brings the copy back into a block of `id`'s own. Shared
+    /// blocks are full and never written again, so the copy equals the block for as long as
+    /// anyone holds it; the sharing itself is not restored (the host pool pays for the copy).
     pub fn swap_out(&mut self, id: &RequestId) -> Option<Vec<(u32, u32)>> {
         let table = self.tables.get(id).filter(|t| !t.blocks.is_empty())?;
         // A block still waiting for its fork copy holds nothing to swap yet.
-        let shared = table.blocks.iter().any(|&b| self.ref_cnt[b as usize] > 1)
-            || self
-                .copies
-                .iter()
-                .any(|(_, destination)| table.blocks.contains(destination));
-        if shared || table.blocks.len() > self.cpu_free.len() {
+        let unwritten = self
+            .copies
+            .iter()
+            .any(|(_, destination)| table.blocks.contains(destination));
+        if unwritten || table.blocks.len() > self.cpu_free.len() {
             return None;
         }
         let table = self.tables.remove(id).expect("checked above");

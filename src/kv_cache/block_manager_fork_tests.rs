@@ -126,23 +126,80 @@ fn a_follower_that_lets_go_before_its_copy_ran_cancels_it() {
 }
 
 #[test]
-fn a_choice_holding_shared_blocks_is_preempted_by_recompute_not_swap() {
+fn a_choice_holding_shared_blocks_swaps_out_private_copies_and_the_others_keep_theirs() {
     let mut bm = manager(8, 8, false);
     let (leader, blocks) = leader_with_prompt(&mut bm);
     let follower = id("f");
     assert!(bm.fork(&leader, &follower, 9));
     assert_eq!(bm.swap_out(&follower), None, "its copy has not run yet");
     bm.take_copies();
-    assert_eq!(bm.swap_out(&follower), None, "it shares the prompt's blocks");
-    assert_eq!(bm.swap_out(&leader), None, "and so does the leader");
-    // Recompute preemption of the follower: only its own reference goes.
+    let table = bm.block_table(&follower).to_vec();
+    // The follower goes: its two shared blocks and its own copy, each to a host block.
+    let pairs = bm.swap_out(&follower).expect("room on the host");
+    assert_eq!(pairs.iter().map(|p| p.0).collect::<Vec<_>>(), table);
+    assert!(bm.is_swapped(&follower));
+    assert_eq!(bm.block_table(&leader), blocks, "the leader keeps the prompt");
+    assert_eq!(bm.ref_cnt[blocks[0] as usize], 1);
+    assert_eq!(bm.ref_cnt[blocks[1] as usize], 1);
+    assert_eq!(bm.ref_cnt[table[2] as usize], 0, "the follower's own copy is free");
+    assert_eq!((bm.usage(), bm.cpu_usage()), (3.0 / 8.0, 3.0 / 8.0));
+    // The leader shares nothing any more and swaps out too; both come back into blocks of
+    // their own, and every block returns once both finish.
+    let leader_pairs = bm.swap_out(&leader).expect("room on the host");
+    assert_eq!(leader_pairs.len(), 3);
+    assert_eq!((bm.usage(), bm.cpu_usage()), (0.0, 6.0 / 8.0));
+    let back = bm.swap_in(&follower).expect("room on the device");
+    assert_eq!(
+        back.iter().map(|p| p.0).collect::<Vec<_>>(),
+        pairs.iter().map(|p| p.1).collect::<Vec<_>>()
+    );
+    bm.swap_in(&leader).expect("room on the device");
+    let (leader_table, follower_table) = (bm.block_table(&leader).to_vec(), bm.block_table(&follower).to_vec());
+    assert!(
+        leader_table.iter().all(|b| !follower_table.contains(b)),
+        "nothing shared after swap-in"
+    );
+    assert!(
+        leader_table
+            .iter()
+            .chain(&follower_table)
+            .all(|&b| bm.ref_cnt[b as usize] == 1)
+    );
+    bm.free(&leader);
     bm.free(&follower);
-    assert_eq!(bm.block_table(&leader), blocks);
-    assert_eq!(bm.usage(), 3.0 / 8.0);
-    // Alone again, the leader swaps out; nothing is counted twice on either side.
+    assert_eq!(
+        (bm.usage(), bm.cpu_usage(), bm.num_free_blocks(), bm.num_owners()),
+        (0.0, 0.0, 8, 0)
+    );
+}
+
+#[test]
+fn the_leader_swaps_out_while_its_followers_keep_the_shared_prompt_on_the_device() {
+    let mut bm = manager(16, 8, false);
+    let (leader, blocks) = leader_with_prompt(&mut bm);
+    for c in 1..4 {
+        assert!(bm.fork(&leader, &id(&format!("choice-{c}")), 9));
+    }
+    bm.take_copies();
+    assert_eq!(bm.ref_cnt[blocks[0] as usize], 4);
     let pairs = bm.swap_out(&leader).expect("room on the host");
-    assert_eq!(pairs.len(), 3);
-    assert_eq!((bm.usage(), bm.cpu_usage()), (0.0, 3.0 / 8.0));
+    assert_eq!(pairs.iter().map(|p| p.0).collect::<Vec<_>>(), blocks);
+    assert_eq!(
+        bm.ref_cnt[blocks[0] as usize], 3,
+        "three followers still hold the prompt"
+    );
+    assert_eq!(
+        bm.ref_cnt[blocks[2] as usize], 0,
+        "only the leader held its partial block"
+    );
+    // Three choices of 3 blocks sharing 2: 2 + 3 on the device, 3 on the host.
+    assert_eq!((bm.usage(), bm.cpu_usage()), (5.0 / 16.0, 3.0 / 8.0));
+    bm.swap_in(&leader).expect("room on the device");
+    assert_eq!(bm.usage(), 8.0 / 16.0, "the leader's copy no longer shares the prompt");
+    for c in 0..4 {
+        bm.free(&id(&format!("choice-{c}")));
+    }
+    assert_eq!((bm.usage(), bm.num_free_blocks(), bm.num_owners()), (0.0, 16, 0));
 }
 
 #[test]

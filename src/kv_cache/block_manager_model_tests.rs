@@ -186,9 +186,10 @@ impl Model {
                 let Some(i) = self.pick(who, false) else { return };
                 let r = &mut self.reqs[i];
                 let table = bm.block_table(&r.id).to_vec();
+                // Shared blocks swap too (as private copies); a block whose fork copy has
+                // not run does not.
                 let expect = !table.is_empty()
                     && table.len() <= bm.cpu_free.len()
-                    && table.iter().all(|&b| bm.ref_cnt[b as usize] == 1)
                     && !self.pending.iter().any(|(_, d)| table.contains(d));
                 match bm.swap_out(&r.id) {
                     Some(pairs) => {

@@ -184,7 +184,7 @@ fn swap_round_trip_moves_blocks_between_pools() {
 }
 
 #[test]
-fn swap_out_is_refused_without_host_room_or_with_shared_blocks() {
+fn swap_out_is_refused_without_host_room_and_copies_prefix_hits() {
     let mut bm = BlockManager::with_config(config(8, 2, 2, true));
     let (a, b) = (id("a"), id("b"));
     bm.allocate_slots(&a, 5).expect("fits");
@@ -197,10 +197,14 @@ fn swap_out_is_refused_without_host_room_or_with_shared_blocks() {
     let prompt = [1, 1, 2];
     run_prompt(&mut bm, &a, &prompt);
     assert_eq!(run_prompt(&mut bm, &b, &prompt), 2);
-    assert_eq!(bm.swap_out(&b), None, "b shares a's first block");
-    assert_eq!(bm.swap_out(&a), None, "and a shares it with b");
-    bm.free(&b);
-    // Alone again, a swaps out; its cached block stays cached, as evictable.
+    // b shares a's first block (a prefix-cache hit): it swaps out a copy of it, and a keeps it.
+    let shared = bm.block_table(&a)[0];
+    let pairs = bm.swap_out(&b).expect("room on the host");
+    assert_eq!(pairs[0].0, shared);
+    assert_eq!(bm.ref_cnt[shared as usize], 1);
+    assert_eq!(bm.block_table(&a)[0], shared);
+    bm.free_swapped(&b);
+    // Then a swaps out; its cached block stays cached, as evictable.
     assert!(bm.swap_out(&a).is_some());
     assert_eq!(bm.num_cached_blocks(), 1);
     assert_eq!(bm.allocate_cached_prefix(&b, &prompt), 2);

@@ -142,3 +142,55 @@ fn kv_usage_while_four_choices_decode_is_one_prompt_plus_their_tails() {
     assert!(used <= bound, "{used} blocks in use, bound {bound}");
     assert!(used >= 12.0, "{used} blocks in use");
 }
+
+/// Swap-out bytes and preemptions so far.
+fn swaps_and_preemptions(text: &str) -> (f64, f64) {
+    let out = metric_value(
+        text,
+        "vllm:kv_offload_total_bytes_total",
+        "transfer_type=\"GPU_to_CPU\"",
+    );
+    (out.unwrap_or(0.0), counter(text, "vllm:num_preemptions_total"))
+}
+
+#[test]
+fn four_choices_sharing_their_prompt_swap_under_kv_pressure_and_match_one_unpressured() {
+    use kiln::config::PreemptionMode;
+    let max_tokens = 40;
+    let expected = {
+        let t = start_tiny(|c| c.engine.block_size = 16);
+        choice_tokens(&complete(&t, &prompt(), 1, max_tokens)).remove(0)
+    };
+    for caching in [false, true] {
+        // Each choice ends at 220 tokens (14 blocks); sharing the prompt's 11 full blocks the
+        // four need 11 + 4 × 3 = 23 blocks at the end, more than the 18 there are: choices are
+        // preempted while they all hold shared blocks, and swap (the host pool has room).
+        let t = start_tiny(|c| {
+            c.engine.block_size = 16;
+            c.engine.num_gpu_blocks_override = 18;
+            c.engine.preemption_mode = PreemptionMode::Swap;
+            c.engine.swap_space_gib = 0.05;
+            c.engine.enable_prefix_caching = caching;
+        });
+        let four = complete(&t, &prompt(), 4, max_tokens);
+        for (c, tokens) in choice_tokens(&four).iter().enumerate() {
+            assert_eq!(
+                tokens, &expected,
+                "caching {caching}: choice {c} differs from the unpressured run"
+            );
+        }
+        let text = scrape_until(&t, |m| {
+            metric_value(m, "vllm:request_success_total", "finished_reason=\"length\"").unwrap_or(0.0) >= 4.0
+        });
+        let (swapped_bytes, preemptions) = swaps_and_preemptions(&text);
+        assert!(
+            preemptions > 0.0,
+            "caching {caching}: the budget should force preemption"
+        );
+        assert!(
+            swapped_bytes > 0.0,
+            "caching {caching}: shared choices should swap, not recompute"
+        );
+        assert_eq!(metric_value(&text, "vllm:kv_cache_usage_perc", ""), Some(0.0));
+    }
+}
