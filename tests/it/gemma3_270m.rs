@@ -10,9 +10,11 @@ use kiln::config::Config;
 use kiln::executor::Executor;
 use kiln::model::loader::open_model;
 use kiln::server::{prepare_model, resolve_model_path};
-use kiln::testing::{TestServer, direct_engine, greedy_request, run_to_completion};
+use kiln::testing::{TestServer, direct_engine, greedy_request};
 use kiln::tokenizer::encode_prompt;
 use serde_json::{Value, json};
+
+use crate::reference_parity::{GreedyShape, greedy_prefixes_match_alone_and_batched, ids};
 
 /// Largest allowed |kiln − reference| for a first-step logit. Both compute in f32 on the same
 /// weight values (kiln multiplies the Q4_K/Q5_0/Q6_K/Q8_0 blocks as repacked or widened at
@@ -39,14 +41,6 @@ fn reference() -> Value {
 
 fn cases() -> Vec<Value> {
     reference()["cases"].as_array().expect("cases").clone()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
 }
 
 fn stable(case: &Value) -> usize {
@@ -110,30 +104,12 @@ fn gemma3_first_step_logits_match_the_reference() {
 #[test]
 #[ignore = "needs the Gemma 3 file (KILN_TEST_GEMMA3); .ci/run provides it"]
 fn gemma3_greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
-    let (mut scheduler, mut runner) = direct_engine(&model_path(), |_| {}).expect("engine");
-    let cases = cases();
-    let request = |case: &Value| {
-        let name = case["name"].as_str().expect("name");
-        let steps = case["greedy_ids"].as_array().expect("greedy").len() as u32;
-        greedy_request(name, ids(&case["prompt_ids"]), steps, false)
+    let shape = GreedyShape {
+        stable_field: "stable",
+        max_tokens: None,
+        ignore_eos: false,
     };
-    let mut alone = Vec::new();
-    for case in &cases {
-        scheduler.add(request(case), Instant::now()).expect("admitted");
-        let out = run_to_completion(&mut scheduler, &mut runner).tokens;
-        let got = out.into_values().next().expect("one request");
-        let expected = ids(&case["greedy_ids"]);
-        assert_eq!(got[..stable(case)], expected[..stable(case)], "case {}", case["name"]);
-        alone.push(got);
-    }
-    for case in &cases {
-        scheduler.add(request(case), Instant::now()).expect("admitted");
-    }
-    let batched = run_to_completion(&mut scheduler, &mut runner).tokens;
-    for (case, alone) in cases.iter().zip(&alone) {
-        let name = case["name"].as_str().expect("name");
-        assert_eq!(&batched[name], alone, "case {name}: batched output differs from alone");
-    }
+    greedy_prefixes_match_alone_and_batched(&model_path(), &cases(), shape);
 }
 
 /// `--model gemma3-270m` resolves to the cached file (no network: the cache already holds it),

@@ -11,7 +11,7 @@ use kiln::model::gguf::GgufFile;
 use serde_json::{Value, json};
 
 use crate::common::process::Launch;
-use crate::reference_parity::{first_logits_match_top10, greedy_prefixes_match_alone_and_batched};
+use crate::reference_parity::{GreedyShape, first_logits_match_top10, greedy_prefixes_match_alone_and_batched};
 
 /// As the Q4_1 file's test: both run f32 on the same weights and differ in summation order.
 const LOGIT_TOLERANCE: f32 = 1e-3;
@@ -60,7 +60,7 @@ fn first_step_logits_match_the_reference_top10() {
 #[test]
 #[ignore = "needs KILN_TEST_Q4KM; .ci/run makes it"]
 fn greedy_generation_reproduces_the_stable_prefixes() {
-    greedy_prefixes_match_alone_and_batched(&model(), &cases());
+    greedy_prefixes_match_alone_and_batched(&model(), &cases(), GreedyShape::SMOLLM2);
 }
 
 #[test]

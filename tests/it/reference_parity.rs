@@ -60,31 +60,56 @@ fn tokenizer_reproduces_every_reference_prompt() {
 #[test]
 #[ignore = "needs the real model (KILN_TEST_MODEL); .ci/run provides it"]
 fn greedy_generation_reproduces_the_stable_prefixes_alone_and_batched() {
-    greedy_prefixes_match_alone_and_batched(&model_path(), &cases());
+    greedy_prefixes_match_alone_and_batched(&model_path(), &cases(), GreedyShape::SMOLLM2);
+}
+
+/// Where a reference file keeps a case's stable prefix length, and how many tokens to generate.
+#[derive(Clone, Copy)]
+pub struct GreedyShape {
+    /// The case's field holding the number of leading greedy tokens both sides must agree on.
+    pub stable_field: &'static str,
+    /// `None`: as many tokens as the reference generated.
+    pub max_tokens: Option<u32>,
+    /// Whether generation runs past an end-of-sequence token.
+    pub ignore_eos: bool,
+}
+
+impl GreedyShape {
+    /// The shape of `../shared/reference/` and the tiny/Q4_K_M references made like it.
+    pub const SMOLLM2: GreedyShape = GreedyShape {
+        stable_field: "stable_prefix_tokens",
+        max_tokens: Some(32),
+        ignore_eos: false,
+    };
 }
 
 /// Each case's stable greedy prefix, each case alone, and then all at once (prompts of
 /// different lengths share every batch) with the same tokens as alone.
-pub fn greedy_prefixes_match_alone_and_batched(model: &Path, cases: &[Value]) {
+pub fn greedy_prefixes_match_alone_and_batched(model: &Path, cases: &[Value], shape: GreedyShape) {
     let (mut scheduler, mut runner) = direct_engine(model, |_| {}).expect("engine");
+    let request = |case: &Value| {
+        let name = case["name"].as_str().expect("name");
+        let generated = case["greedy_ids"].as_array().expect("greedy").len() as u32;
+        greedy_request(
+            name,
+            ids(&case["prompt_ids"]),
+            shape.max_tokens.unwrap_or(generated),
+            shape.ignore_eos,
+        )
+    };
     let mut alone = Vec::new();
     for case in cases {
         let name = case["name"].as_str().expect("name");
-        scheduler
-            .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
-            .expect("admitted");
+        scheduler.add(request(case), Instant::now()).expect("admitted");
         let out = run_to_completion(&mut scheduler, &mut runner).tokens;
-        let stable = case["stable_prefix_tokens"].as_u64().expect("stable") as usize;
+        let stable = case[shape.stable_field].as_u64().expect("stable") as usize;
         let expected = ids(&case["greedy_ids"]);
         assert_eq!(&out[name][..stable], &expected[..stable], "case {name}");
         alone.push(out[name].clone());
     }
     // All cases at once: prompts of different lengths share every batch.
     for case in cases {
-        let name = case["name"].as_str().expect("name");
-        scheduler
-            .add(greedy(name, ids(&case["prompt_ids"]), 32), Instant::now())
-            .expect("admitted");
+        scheduler.add(request(case), Instant::now()).expect("admitted");
     }
     let batched = run_to_completion(&mut scheduler, &mut runner).tokens;
     for (case, alone) in cases.iter().zip(&alone) {
