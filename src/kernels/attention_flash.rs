@@ -17,8 +17,9 @@ use super::exp::exp;
 
 /// Spans with at least this many new tokens take this path.
 pub const FLASH_MIN_QUERIES: usize = 16;
-/// Query rows (per head) in a tile: one unit of parallel work, all KV heads.
+/// Query rows (per head) in a tile; a tile and a KV head are one unit of parallel work.
 const QUERY_TILE: usize = 32;
+const MIN_TILE_ROWS: usize = 8;
 /// Keys per block of the online softmax: one block's transposed keys, the group's scores and
 /// its values stay in L1/L2 while both products run.
 const KEY_BLOCK: usize = 64;
@@ -71,23 +72,44 @@ pub(super) fn attend_span_flash_on(
     }
     let context = Gathered::new(k_cache, v_cache, span.slots, shape);
     let cached_before = span.slots.len() - span.len;
-    out.par_chunks_mut(QUERY_TILE * q_width)
-        .zip(q.par_chunks(QUERY_TILE * q_width))
-        .enumerate()
-        .for_each(|(tile, (out, q))| {
+    let group_width = num_heads / num_kv_heads * head_dim;
+    let tile_rows = tile_rows(span.len, num_kv_heads, rayon::current_num_threads());
+    let tiles = span.len.div_ceil(tile_rows);
+    // One unit per (tile, KV head), the last tiles (the most keys) first; each returns its
+    // heads' columns, `[rows, group_width]`.
+    let unit_tile = |unit: usize| (tiles - 1 - unit / num_kv_heads, unit % num_kv_heads);
+    let results: Vec<Vec<f32>> = (0..tiles * num_kv_heads)
+        .into_par_iter()
+        .map(|unit| {
+            let (tile, kv_head) = unit_tile(unit);
+            let first = tile * tile_rows;
+            let rows = tile_rows.min(span.len - first);
             let tile = Tile {
-                q,
-                first_query: cached_before + tile * QUERY_TILE,
-                rows: q.len() / q_width,
+                q: &q[first * q_width..(first + rows) * q_width],
+                first_query: cached_before + first,
+                rows,
             };
+            let mut out = vec![0.0f32; rows * group_width];
             // The scratch is borrowed out here: a closure handed to the thread-local's `with`
             // is compiled for the baseline CPU, so the body must be called inside it.
-            SCRATCH.with_borrow_mut(|scratch| {
-                for kv_head in 0..num_kv_heads {
-                    run_group(path, &context, &tile, kv_head, scratch, out);
-                }
-            });
-        });
+            SCRATCH.with_borrow_mut(|scratch| run_group(path, &context, &tile, kv_head, scratch, &mut out));
+            out
+        })
+        .collect();
+    for (unit, result) in results.iter().enumerate() {
+        let (tile, kv_head) = unit_tile(unit);
+        for (i, row) in result.chunks_exact(group_width).enumerate() {
+            out[(tile * tile_rows + i) * q_width + kv_head * group_width..][..group_width].copy_from_slice(row);
+        }
+    }
+}
+
+/// Query rows per tile: [`QUERY_TILE`], fewer when a short span would leave workers idle
+/// (a 16-token chunk over three KV heads is six units of 8 rows, not three of 16), never
+/// under [`MIN_TILE_ROWS`].
+fn tile_rows(len: usize, kv_heads: usize, threads: usize) -> usize {
+    let wanted_tiles = (2 * threads).div_ceil(kv_heads);
+    len.div_ceil(wanted_tiles).clamp(MIN_TILE_ROWS, QUERY_TILE)
 }
 
 /// The context's keys and values, gathered once per call out of the paged cache: keys
@@ -215,8 +237,8 @@ unsafe fn group_avx2(context: &Gathered, tile: &Tile, kv_head: usize, scratch: &
     group_body::<ROWS_NARROW>(context, tile, kv_head, scratch, out)
 }
 
-/// Attention of the tile's query heads over KV head `kv_head`, written into their columns of
-/// `out` (`[rows, num_heads * head_dim]`).
+/// Attention of the tile's query heads over KV head `kv_head`, written to `out`
+/// (`[rows, group * head_dim]`, the group's heads side by side).
 #[inline(always)]
 fn group_body<const R: usize>(context: &Gathered, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
     let HeadShape {
@@ -309,8 +331,7 @@ fn group_body<const R: usize>(context: &Gathered, tile: &Tile, kv_head: usize, s
         for g in 0..group {
             let r = i * group + g;
             let inv = 1.0 / sum[r];
-            let head = kv_head * group + g;
-            let dst = &mut out[i * q_width + head * head_dim..][..head_dim];
+            let dst = &mut out[(i * group + g) * head_dim..][..head_dim];
             for (o, a) in dst.iter_mut().zip(&acc[r * hdp..][..head_dim]) {
                 *o = a * inv;
             }

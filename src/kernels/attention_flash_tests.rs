@@ -234,3 +234,12 @@ fn sliding_window_spans_as_the_model_plans_them_match_a_windowed_reference() {
         );
     }
 }
+
+#[test]
+fn short_spans_take_smaller_tiles_so_every_worker_has_units() {
+    assert_eq!(tile_rows(512, 3, 2), QUERY_TILE);
+    // 16 queries over 3 KV heads on 2 workers: 2 tiles of 8, 6 units.
+    assert_eq!(tile_rows(16, 3, 2), MIN_TILE_ROWS);
+    assert_eq!(tile_rows(40, 1, 2), 10);
+    assert_eq!(tile_rows(3, 1, 16), MIN_TILE_ROWS);
+}
