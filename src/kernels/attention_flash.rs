@@ -5,6 +5,7 @@
 //! the scores never outgrow the L1/L2 caches and each key block serves every head of its
 //! group. The previous path (a `gemm` call per head and tile over the whole context) packed
 //! the context again for every call and reached 50-80 GFLOP/s at 2k-8k tokens of context.
+//! Key blocks are copied straight out of the paged cache by each unit (see [`Context`]).
 //!
 //! The body is written once over fixed-size arrays and compiled per instruction set
 //! (AVX-512, AVX2 + FMA, portable), as the decode kernels are.
@@ -20,6 +21,9 @@ pub const FLASH_MIN_QUERIES: usize = 16;
 /// Query rows (per head) in a tile; a tile and a KV head are one unit of parallel work.
 const QUERY_TILE: usize = 32;
 const MIN_TILE_ROWS: usize = 8;
+/// Spans of at least this many tiles gather their context once for all tiles; shorter ones
+/// copy each key block as they reach it.
+const GATHER_MIN_TILES: usize = 3;
 /// Keys per block of the online softmax: one block's transposed keys, the group's scores and
 /// its values stay in L1/L2 while both products run.
 const KEY_BLOCK: usize = 64;
@@ -70,11 +74,18 @@ pub(super) fn attend_span_flash_on(
     if span.len == 0 {
         return;
     }
-    let context = Gathered::new(k_cache, v_cache, span.slots, shape);
-    let cached_before = span.slots.len() - span.len;
     let group_width = num_heads / num_kv_heads * head_dim;
     let tile_rows = tile_rows(span.len, num_kv_heads, rayon::current_num_threads());
     let tiles = span.len.div_ceil(tile_rows);
+    let context = Context {
+        gathered: (tiles >= GATHER_MIN_TILES).then(|| Gathered::new(k_cache, v_cache, span.slots, shape)),
+        k_cache,
+        v_cache,
+        slots: span.slots,
+        shape,
+        head_dim_padded: head_dim.next_multiple_of(LANES),
+    };
+    let cached_before = span.slots.len() - span.len;
     // One unit per (tile, KV head), the last tiles (the most keys) first; each returns its
     // heads' columns, `[rows, group_width]`.
     let unit_tile = |unit: usize| (tiles - 1 - unit / num_kv_heads, unit % num_kv_heads);
@@ -112,7 +123,8 @@ fn tile_rows(len: usize, kv_heads: usize, threads: usize) -> usize {
     len.div_ceil(wanted_tiles).clamp(MIN_TILE_ROWS, QUERY_TILE)
 }
 
-/// The context's keys and values, gathered once per call out of the paged cache: keys
+/// The context's keys and values, gathered once per call out of the paged cache for spans
+/// of many tiles (each tile would copy every block again otherwise): keys
 /// transposed per KV head and key block (`[kv_head][block][head_dim][KEY_BLOCK]`, so a
 /// block's scores are a query element times a contiguous vector, and a block is one
 /// contiguous 16 KiB: rows of a whole context apart would sit a multiple of 4 KiB apart and
@@ -168,6 +180,55 @@ impl Gathered {
             head_dim_padded,
         }
     }
+
+    /// KV head `kv_head`'s key block at `block_start`, `[head_dim][KEY_BLOCK]`, and its values,
+    /// `[KEY_BLOCK][head_dim_padded]`.
+    fn block(&self, kv_head: usize, block_start: usize) -> (&[f32], &[f32]) {
+        let (head_dim, hdp, padded) = (self.shape.head_dim, self.head_dim_padded, self.padded);
+        let keys = &self.keys_t[kv_head * head_dim * padded + block_start * head_dim..][..KEY_BLOCK * head_dim];
+        let values = &self.values[(kv_head * padded + block_start) * hdp..][..KEY_BLOCK * hdp];
+        (keys, values)
+    }
+}
+
+/// The span's context in the paged cache. Each unit copies one key block at a time out of it
+/// (keys transposed, `[head_dim][KEY_BLOCK]`, so a block's scores are a query element times
+/// a contiguous vector; values `[KEY_BLOCK][head_dim_padded]`) into its own L1-sized scratch:
+/// no copy of the whole context per call, which at 8k tokens and a short chunk cost as much
+/// as the attention itself.
+struct Context<'a> {
+    /// The whole context gathered up front, for spans of many tiles.
+    gathered: Option<Gathered>,
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+    slots: &'a [i64],
+    shape: HeadShape,
+    head_dim_padded: usize,
+}
+
+impl Context<'_> {
+    /// Copies KV head `kv_head`'s keys and values at context positions `block_start ..` (up to
+    /// a block) into `keys_t` and `values`, zero past the context.
+    #[inline(always)]
+    fn gather_block(&self, kv_head: usize, block_start: usize, keys_t: &mut [f32], values: &mut [f32]) {
+        let (head_dim, hdp) = (self.shape.head_dim, self.head_dim_padded);
+        let kv_width = self.shape.num_kv_heads * head_dim;
+        let column = kv_head * head_dim;
+        let slots = &self.slots[block_start..self.slots.len().min(block_start + KEY_BLOCK)];
+        for (j, &slot) in slots.iter().enumerate() {
+            let row = slot as usize * kv_width + column;
+            for (d, &k) in self.k_cache[row..row + head_dim].iter().enumerate() {
+                keys_t[d * KEY_BLOCK + j] = k;
+            }
+            values[j * hdp..][..head_dim].copy_from_slice(&self.v_cache[row..row + head_dim]);
+        }
+        if slots.len() < KEY_BLOCK {
+            for d in 0..head_dim {
+                keys_t[d * KEY_BLOCK + slots.len()..(d + 1) * KEY_BLOCK].fill(0.0);
+            }
+            values[slots.len() * hdp..].fill(0.0);
+        }
+    }
 }
 
 /// One tile of query rows of the span.
@@ -188,6 +249,10 @@ struct Scratch {
     scores: Vec<f32>,
     /// Unnormalised outputs, `[stacked rows, head_dim_padded]`.
     acc: Vec<f32>,
+    /// The key block being worked on: keys transposed, `[head_dim][KEY_BLOCK]`, and values,
+    /// `[KEY_BLOCK][head_dim_padded]` (the padding stays zero).
+    keys_t: Vec<f32>,
+    values: Vec<f32>,
     /// Running max and sum per stacked row.
     max: Vec<f32>,
     sum: Vec<f32>,
@@ -202,14 +267,7 @@ thread_local! {
 const ROWS_AVX512: usize = 4;
 const ROWS_NARROW: usize = 2;
 
-fn run_group(
-    path: KernelPath,
-    context: &Gathered,
-    tile: &Tile,
-    kv_head: usize,
-    scratch: &mut Scratch,
-    out: &mut [f32],
-) {
+fn run_group(path: KernelPath, context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
     match path {
         // SAFETY: the CPU supports the features each function is compiled for (asserted by
         // the caller).
@@ -225,7 +283,7 @@ fn run_group(
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn group_avx512(context: &Gathered, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
+unsafe fn group_avx512(context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
     group_body::<ROWS_AVX512>(context, tile, kv_head, scratch, out)
 }
 
@@ -233,31 +291,28 @@ unsafe fn group_avx512(context: &Gathered, tile: &Tile, kv_head: usize, scratch:
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn group_avx2(context: &Gathered, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
+unsafe fn group_avx2(context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
     group_body::<ROWS_NARROW>(context, tile, kv_head, scratch, out)
 }
 
 /// Attention of the tile's query heads over KV head `kv_head`, written to `out`
 /// (`[rows, group * head_dim]`, the group's heads side by side).
 #[inline(always)]
-fn group_body<const R: usize>(context: &Gathered, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
+fn group_body<const R: usize>(context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
     let HeadShape {
         num_heads,
         num_kv_heads,
         head_dim,
     } = context.shape;
-    let (group, q_width, hdp, padded) = (
-        num_heads / num_kv_heads,
-        num_heads * head_dim,
-        context.head_dim_padded,
-        context.padded,
-    );
+    let (group, q_width, hdp) = (num_heads / num_kv_heads, num_heads * head_dim, context.head_dim_padded);
     let stacked = (tile.rows * group).next_multiple_of(R);
     let scale = (head_dim as f32).powf(-0.5);
     let Scratch {
         queries,
         scores,
         acc,
+        keys_t,
+        values,
         max,
         sum,
     } = scratch;
@@ -282,12 +337,20 @@ fn group_body<const R: usize>(context: &Gathered, tile: &Tile, kv_head: usize, s
     max.resize(stacked, f32::NEG_INFINITY);
     sum.clear();
     sum.resize(stacked, 0.0);
-    let keys_t = &context.keys_t[kv_head * head_dim * padded..][..head_dim * padded];
-    let values = &context.values[kv_head * padded * hdp..][..padded * hdp];
+    keys_t.resize(head_dim * KEY_BLOCK, 0.0);
+    // Zeroed in full, so the padding columns are zero whatever an earlier call's head dim was.
+    values.clear();
+    values.resize(KEY_BLOCK * hdp, 0.0);
     // Keys the tile's last row sees; earlier rows mask the rest of the last block.
     let visible_end = tile.first_query + tile.rows;
     for block_start in (0..visible_end).step_by(KEY_BLOCK) {
-        let block_keys = &keys_t[block_start * head_dim..][..KEY_BLOCK * head_dim];
+        let (block_keys, block_values): (&[f32], &[f32]) = match &context.gathered {
+            Some(gathered) => gathered.block(kv_head, block_start),
+            None => {
+                context.gather_block(kv_head, block_start, keys_t, values);
+                (keys_t, values)
+            }
+        };
         score_block::<R>(queries, head_dim, block_keys, scores);
         // Stacked row r is query r / group, which sees keys up to first_query + r / group.
         let diagonal = block_start + KEY_BLOCK > tile.first_query + 1;
@@ -325,7 +388,7 @@ fn group_body<const R: usize>(context: &Gathered, tile: &Tile, kv_head: usize, s
                 acc[r * hdp..][..hdp].iter_mut().for_each(|a| *a *= correction);
             }
         }
-        add_values::<R>(scores, &values[block_start * hdp..][..KEY_BLOCK * hdp], hdp, acc);
+        add_values::<R>(scores, block_values, hdp, acc);
     }
     for i in 0..tile.rows {
         for g in 0..group {
