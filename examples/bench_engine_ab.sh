@@ -8,7 +8,7 @@
 #   ROUNDS=3 examples/bench_engine_ab.sh /tmp/ab /tmp/bench_engine_main target/release/examples/bench_engine
 #
 # Copy a build's target/release/examples/bench_engine aside first to keep it as A. The models
-# come from KILN_TEST_Q4KM and KILN_TEST_GEMMA3 (`source /work/wt/env.sh`, or .ci/run's exports).
+# come from KILN_TEST_Q4KM and KILN_TEST_GEMMA3 (as .ci/run exports them).
 set -euo pipefail
 if [[ $# -ne 3 ]]; then
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
