@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::format_codes::{BYTES, FIVE_BIT, HALF_SCALED_BYTES, NIBBLES, OFFSET_BYTES, tiles};
 use super::packed::{BLOCK, BlockFormat, FIVE_BIT_BYTES, PackedMatrix};
 use super::tiling::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 
@@ -46,21 +47,6 @@ pub(super) unsafe fn widen_row(w: &PackedMatrix, row: usize, out: &mut [f32]) {
             }
         }
     }
-}
-
-macro_rules! tiles {
-    ($w:ident, $r:ident, $x:ident, $t0:ident, $n:ident, $o:ident; $($len:literal)*) => {
-        match ($w.format, $n) {
-            $(
-                (BlockFormat::Nibbles, $len) => tile::<$len, NIBBLES>($w, $r, $x, $t0, $o),
-                (BlockFormat::Bytes, $len) => tile::<$len, BYTES>($w, $r, $x, $t0, $o),
-                (BlockFormat::FiveBit, $len) => tile::<$len, FIVE_BIT>($w, $r, $x, $t0, $o),
-                (BlockFormat::HalfScaledBytes, $len) => tile::<$len, HALF_SCALED_BYTES>($w, $r, $x, $t0, $o),
-                (BlockFormat::OffsetBytes, $len) => tile::<$len, OFFSET_BYTES>($w, $r, $x, $t0, $o),
-            )*
-            _ => unreachable!("token tiles hold 1 to 8 tokens"),
-        }
-    };
 }
 
 /// [`tile`] for a tile of `n` tokens.
@@ -129,13 +115,6 @@ unsafe fn nibbles(w: &PackedMatrix, block: usize) -> [__m256; 4] {
         ]
     }
 }
-
-/// [`BlockFormat`]s as const-generic codes, so each tile is compiled for one format.
-const NIBBLES: u8 = 0;
-const BYTES: u8 = 1;
-const HALF_SCALED_BYTES: u8 = 2;
-const OFFSET_BYTES: u8 = 3;
-const FIVE_BIT: u8 = 4;
 
 /// A block in the format coded `FORMAT` as four vectors of eight.
 ///

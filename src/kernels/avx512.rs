@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::format_codes::{BYTES, FIVE_BIT, HALF_SCALED_BYTES, NIBBLES, OFFSET_BYTES, format_of, tiles};
 use super::packed::{BLOCK, BlockFormat, FIVE_BIT_BYTES, PackedMatrix};
 use super::tiling::{assert_blocks_exist, assert_row_kernel_bounds, for_each_tile};
 
@@ -72,21 +73,6 @@ unsafe fn widen_row_as<const FORMAT: u8>(w: &PackedMatrix, row: usize, out: &mut
     }
 }
 
-macro_rules! tiles {
-    ($w:ident, $r:ident, $x:ident, $t0:ident, $n:ident, $o:ident; $($len:literal)*) => {
-        match ($w.format, $n) {
-            $(
-                (BlockFormat::Nibbles, $len) => tile::<$len, NIBBLES>($w, $r, $x, $t0, $o),
-                (BlockFormat::Bytes, $len) => tile::<$len, BYTES>($w, $r, $x, $t0, $o),
-                (BlockFormat::FiveBit, $len) => tile::<$len, FIVE_BIT>($w, $r, $x, $t0, $o),
-                (BlockFormat::HalfScaledBytes, $len) => tile::<$len, HALF_SCALED_BYTES>($w, $r, $x, $t0, $o),
-                (BlockFormat::OffsetBytes, $len) => tile::<$len, OFFSET_BYTES>($w, $r, $x, $t0, $o),
-            )*
-            _ => unreachable!("token tiles hold 1 to 8 tokens"),
-        }
-    };
-}
-
 /// [`tile`] for a tile of `n` tokens.
 ///
 /// # Safety
@@ -132,25 +118,6 @@ const ROW_GROUP: usize = 4;
 /// next group's, so their cache misses overlap this group's arithmetic (a one-token step
 /// waits on memory, and the hardware prefetcher alone left the loads stalling).
 const PREFETCH_GROUPS: usize = 2;
-
-/// The formats as const parameters, so each kernel is compiled per format: with the format
-/// matched per block, the accumulators lived on the stack (docs/08-performance.md).
-const NIBBLES: u8 = 0;
-const BYTES: u8 = 1;
-const HALF_SCALED_BYTES: u8 = 2;
-const OFFSET_BYTES: u8 = 3;
-const FIVE_BIT: u8 = 4;
-
-/// The [`BlockFormat`] a format code stands for.
-const fn format_of(code: u8) -> BlockFormat {
-    match code {
-        NIBBLES => BlockFormat::Nibbles,
-        BYTES => BlockFormat::Bytes,
-        HALF_SCALED_BYTES => BlockFormat::HalfScaledBytes,
-        OFFSET_BYTES => BlockFormat::OffsetBytes,
-        _ => BlockFormat::FiveBit,
-    }
-}
 
 /// One token (a one-stream decode step), [`ROW_GROUP`] rows at a time: each activation vector
 /// is loaded once for the group, and the group's eight independent FMA chains hide the FMA

@@ -13,6 +13,8 @@ mod avx2;
 mod avx512;
 pub mod dispatch;
 pub mod exp;
+#[cfg(target_arch = "x86_64")]
+mod format_codes;
 mod ggml_type;
 pub mod matmul;
 pub mod packed;
