@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use kiln::testing::TinyModelSpec;
 use serde_json::{Value, json};
 
+use crate::common::timed::{median, timed};
 use crate::common::{Tiny, start_tiny_spec};
 
 fn ids(v: &Value) -> Vec<u64> {
@@ -102,23 +103,6 @@ fn prompt_logprobs_of_a_long_prompt_match_those_of_its_prefix() {
             "position {p}: {entry}"
         );
     }
-}
-
-fn timed(t: &Tiny, method: &str, path: &str, body: &Value) -> Duration {
-    let started = Instant::now();
-    let request = match method {
-        "GET" => t.client.get(t.server.url(path)),
-        _ => t.client.post(t.server.url(path)).json(body),
-    };
-    let response = request.send().expect("request");
-    assert_eq!(response.status().as_u16(), 200);
-    response.bytes().expect("body");
-    started.elapsed()
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
 }
 
 #[test]

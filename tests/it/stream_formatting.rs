@@ -8,19 +8,11 @@ use std::time::{Duration, Instant};
 use kiln::testing::TinyModelSpec;
 use serde_json::{Value, json};
 
+use crate::common::timed::{median, timed};
 use crate::common::{Tiny, start_tiny_spec};
 
 fn get_models(t: &Tiny) -> Duration {
-    let started = Instant::now();
-    let response = t.client.get(t.server.url("/v1/models")).send().expect("request");
-    assert_eq!(response.status().as_u16(), 200);
-    response.bytes().expect("body");
-    started.elapsed()
-}
-
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
+    timed(t, "GET", "/v1/models", &Value::Null)
 }
 
 /// Probes `/v1/models` while `heavy` streams; prints and returns (idle median, the heavy

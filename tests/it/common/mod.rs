@@ -7,6 +7,7 @@ pub mod oteltap;
 pub mod pki;
 pub mod process;
 pub mod prometheus_server;
+pub mod timed;
 pub mod wait;
 
 use std::path::PathBuf;
