@@ -43,6 +43,15 @@ impl Scheduler {
         budget
     }
 
+    /// The step-time model's prediction for `batch`, in seconds (the per-step log).
+    pub fn predicted_seconds(&self, batch: &SchedulerOutput) -> f64 {
+        let shape = batch.sequences.iter().fold(StepShape::default(), |mut shape, seq| {
+            shape.add(StepShape::chunk(seq.token_ids.len(), seq.start_position));
+            shape
+        });
+        self.step_time.predict(shape)
+    }
+
     /// Tokens of a running request in this step: its decode token, or a prefill chunk the
     /// budget allows (0: it waits this step).
     pub(super) fn running_chunk(&self, request: &Request, budget: &mut StepBudget) -> usize {
