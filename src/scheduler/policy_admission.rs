@@ -20,7 +20,8 @@ impl Scheduler {
             self.step_time.coefficients(),
             self.config.max_num_batched_tokens,
         )
-        .cold(self.step_time.is_cold());
+        .cold(self.step_time.is_cold())
+        .alone(self.running.len() + self.waiting.len() + self.swapped.len() == 1);
         if !sharing.is_on() {
             return budget;
         }
