@@ -15,8 +15,8 @@
 # Environment: KILN_MODEL_GGUF (default: as llama_cpp_side_by_side.sh finds it), LONG_PROMPTS (4),
 # LONG_LEN (6000 words, about a token each), LONG_N (1), SHORT_LEN (5), SHORT_OUTPUT (4), STREAMS
 # (2), STREAM_OUTPUT (64), LLAMA_THREADS ("1 2"), LLAMA_KV_MODES ("unified per-slot"), SLOTS (8),
-# CTX_PER_SLOT (8192), KILN_SETTINGS ("fair unbudgeted"), KILN_BIN, KILN_BENCH_MIXED_LOAD,
-# MIXED_LOAD_DIR (where results go).
+# CTX_PER_SLOT (8192), KILN_SETTINGS ("fair unbudgeted"; budget-MS: --max-step-ms MS), KILN_BIN,
+# KILN_BENCH_MIXED_LOAD, MIXED_LOAD_DIR (where results go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,7 +79,8 @@ run_kiln() {
   case "$setting" in
     fair) ;;
     unbudgeted) extra=(--max-step-ms 0) ;;
-    *) die "KILN_SETTINGS takes fair and unbudgeted, not '$setting'" ;;
+    budget-[0-9]*) extra=(--max-step-ms "${setting#budget-}") ;;
+    *) die "KILN_SETTINGS takes fair, unbudgeted and budget-MS (e.g. budget-400), not '$setting'" ;;
   esac
   port="$(free_port)"
   rm -f "$OUT_DIR/$name.json"

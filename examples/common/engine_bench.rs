@@ -70,6 +70,10 @@ pub struct Args {
     /// --async-scheduling false`); by default the next step is scheduled while one runs.
     #[arg(long)]
     pub sync_scheduling: bool,
+    /// The step-time budget (`kiln serve --max-step-ms`; 0: the token budget alone); default:
+    /// the server's.
+    #[arg(long)]
+    pub max_step_ms: Option<f64>,
 }
 
 impl Args {
@@ -78,6 +82,9 @@ impl Args {
         c.model.dequantize_weights = self.dequantize_weights;
         c.engine.cpu_kernels = self.cpu_kernels;
         c.engine.async_scheduling = !self.sync_scheduling;
+        if let Some(ms) = self.max_step_ms {
+            c.scheduler.max_step_ms = ms;
+        }
     }
 
     fn scheduling(&self) -> &'static str {

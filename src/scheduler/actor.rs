@@ -31,6 +31,8 @@ pub struct SchedulerActor {
     closed: bool,
     /// The KV-event publisher's queue (`--kv-events-config`).
     kv_events: Option<KvEventSender>,
+    /// A timer will call `step` when the step ahead is due (`StepLoop::ahead_delay`).
+    ahead_timer: bool,
 }
 
 impl SchedulerActor {
@@ -43,6 +45,7 @@ impl SchedulerActor {
             steps: StepLoop::default(),
             closed: false,
             kv_events: None,
+            ahead_timer: false,
         }
     }
 
@@ -60,8 +63,18 @@ impl SchedulerActor {
     /// the direct driver in `kiln::testing` runs too).
     fn step(&mut self, ctx: &mut Context<Self>) {
         self.abort_departed();
-        for batch in self.steps.step(&mut self.scheduler) {
+        let now = Instant::now();
+        for batch in self.steps.step(&mut self.scheduler, now) {
             self.send(batch, ctx);
+        }
+        if !self.ahead_timer
+            && let Some(delay) = self.steps.ahead_delay(now)
+        {
+            self.ahead_timer = true;
+            ctx.run_later(delay, |act, ctx| {
+                act.ahead_timer = false;
+                act.step(ctx);
+            });
         }
     }
 

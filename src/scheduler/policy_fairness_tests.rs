@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::test_driver::{Driver, EOS, config, request};
 use super::{Scheduler, SchedulerConfig, StepSharing};
 use crate::engine::events::TokenEvent;
+use crate::scheduler::step_loop::StepLoop;
 use crate::scheduler::step_time::StepTimeCoefficients;
 
 /// 10 ms a step, 0.2 ms a token, 0.2 µs an attention pair.
@@ -204,4 +205,40 @@ fn a_lone_prefill_runs_in_one_step_as_without_the_budget() {
             "async {async_scheduling}"
         );
     }
+}
+
+#[test]
+fn the_step_ahead_of_a_long_step_is_chosen_near_its_end_so_a_new_request_makes_it() {
+    let mut s = Scheduler::new(fair(true), vec![EOS]);
+    let mut steps = StepLoop::default();
+    for i in 0..2 {
+        s.add(request(&format!("long{i}"), 6000, 1), Instant::now())
+            .expect("admitted");
+    }
+    let t0 = Instant::now();
+    let sent = steps.step(&mut s, t0);
+    assert_eq!(sent.len(), 1, "the step ahead waits while a long chunk runs");
+    let predicted = s.predicted_seconds(&sent[0]);
+    let delay = steps.ahead_delay(t0).expect("a long step runs");
+    // Tolerance: float rounding of the durations.
+    assert!(
+        (delay.as_secs_f64() - 0.8 * predicted).abs() < 1e-6,
+        "{delay:?} into a {predicted} s step"
+    );
+    // A chat arrives while the long chunk runs; near its end the step ahead carries it.
+    s.add(request("chat", 5, 4), Instant::now()).expect("admitted");
+    assert!(steps.step(&mut s, t0 + delay / 2).is_empty(), "not due yet");
+    let ahead = steps.step(&mut s, t0 + delay);
+    assert_eq!(ahead.len(), 1);
+    assert!(
+        ahead[0].sequences.iter().any(|q| q.id == "chat"),
+        "the chat runs in the next step"
+    );
+    assert_eq!(steps.ahead_delay(t0 + delay), None, "two steps in flight");
+
+    // A decode step is short: its step ahead goes at once.
+    let mut s = Scheduler::new(fair(true), vec![EOS]);
+    let mut steps = StepLoop::default();
+    s.add(request("chat", 5, 40), Instant::now()).expect("admitted");
+    assert_eq!(steps.step(&mut s, t0).len(), 2);
 }

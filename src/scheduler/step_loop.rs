@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::in_flight::{NextStep, StepsInFlight};
 use super::policy::{Scheduler, StepResult};
@@ -32,37 +32,78 @@ pub struct ReturnedStep {
     pub restarts: u32,
 }
 
+/// A running step predicted at least this long gets its step ahead chosen late (see
+/// [`StepLoop::ahead_delay`]); shorter ones (decodes) get it at once.
+const LATE_AHEAD_MIN_STEP_S: f64 = 0.05;
+/// How far into such a step (as a fraction of its predicted time) the step ahead is chosen:
+/// late enough that requests arriving meanwhile make it, early enough to be queued before
+/// the running step ends.
+const LATE_AHEAD_FRACTION: f64 = 0.8;
+
+/// A step sent to the executor and not answered.
+#[derive(Debug)]
+struct SentStep {
+    predicted_s: f64,
+    /// Scheduled while another step ran.
+    ahead: bool,
+    sent_at: Instant,
+}
+
 /// The steps sent to the executor and not answered, and the rules for the next one.
 #[derive(Debug, Default)]
 pub struct StepLoop {
     steps: StepsInFlight,
-    /// For each step in flight, oldest first: its predicted seconds and whether it was
-    /// scheduled ahead (the per-step log).
-    sent: VecDeque<(f64, bool)>,
+    /// The steps in flight, oldest first.
+    sent: VecDeque<SentStep>,
+    /// When the last step came back: the next one in flight started then at the earliest.
+    last_returned: Option<Instant>,
 }
 
 impl StepLoop {
     /// The steps to send the executor now, in order: a plain one when it is idle, then one
     /// scheduled ahead while it runs that one (async scheduling), or none while it holds
     /// as many as it should. Each counts as in flight until [`Self::returned`].
-    pub fn step(&mut self, scheduler: &mut Scheduler) -> Vec<Arc<SchedulerOutput>> {
+    pub fn step(&mut self, scheduler: &mut Scheduler, now: Instant) -> Vec<Arc<SchedulerOutput>> {
         let mut batches = Vec::new();
-        while let Some(batch) = self.next_batch(scheduler) {
+        while let Some(batch) = self.next_batch(scheduler, now) {
             let ahead = self.sent.len() == 1;
             self.steps.sent();
-            self.sent.push_back((scheduler.predicted_seconds(&batch), ahead));
+            self.sent.push_back(SentStep {
+                predicted_s: scheduler.predicted_seconds(&batch),
+                ahead,
+                sent_at: now,
+            });
             batches.push(Arc::new(batch));
         }
         batches
     }
 
-    fn next_batch(&self, scheduler: &mut Scheduler) -> Option<SchedulerOutput> {
+    /// How long the step ahead waits: with one long step running (a prefill chunk, predicted
+    /// at [`LATE_AHEAD_MIN_STEP_S`] or more), it is chosen [`LATE_AHEAD_FRACTION`] of the way
+    /// into that step, not as it starts, so a request that arrives meanwhile (a chat during
+    /// long prefills) runs in the next step instead of waiting behind one more. `None`: no
+    /// wait (then [`Self::step`] sends it). The server's actor calls `step` again after this.
+    pub fn ahead_delay(&self, now: Instant) -> Option<Duration> {
+        if self.sent.len() != 1 {
+            return None;
+        }
+        let running = &self.sent[0];
+        if running.predicted_s < LATE_AHEAD_MIN_STEP_S {
+            return None;
+        }
+        let started = self.last_returned.map_or(running.sent_at, |at| at.max(running.sent_at));
+        let due = started + Duration::from_secs_f64(running.predicted_s * LATE_AHEAD_FRACTION);
+        (due > now).then(|| due - now)
+    }
+
+    fn next_batch(&self, scheduler: &mut Scheduler, now: Instant) -> Option<SchedulerOutput> {
         if !scheduler.has_work() {
             return None;
         }
         let batch = match self.steps.next(scheduler.config().async_scheduling) {
-            NextStep::Schedule => scheduler.schedule(Instant::now()),
-            NextStep::ScheduleAhead => scheduler.schedule_ahead(Instant::now())?,
+            NextStep::Schedule => scheduler.schedule(now),
+            NextStep::ScheduleAhead if self.ahead_delay(now).is_some() => return None,
+            NextStep::ScheduleAhead => scheduler.schedule_ahead(now)?,
             NextStep::Wait => return None,
         };
         (!batch.is_empty()).then_some(batch)
@@ -78,7 +119,8 @@ impl StepLoop {
         now: Instant,
     ) -> ReturnedStep {
         self.steps.returned(outcome.is_err());
-        let (predicted, ahead) = self.sent.pop_front().unzip();
+        self.last_returned = Some(now);
+        let (predicted, ahead) = self.sent.pop_front().map(|s| (s.predicted_s, s.ahead)).unzip();
         match outcome {
             Ok(mut output) => {
                 log_step(

@@ -59,7 +59,7 @@ impl DirectDriver<'_> {
     /// `Ok(None)`: nothing was in flight. A failed step fails its requests, as in the
     /// server, and its error is returned.
     pub fn step(&mut self) -> Result<Option<StepResult>, ExecutorError> {
-        for batch in self.steps.step(self.scheduler) {
+        for batch in self.steps.step(self.scheduler, Instant::now()) {
             self.sent.push_back(Arc::clone(&batch));
             self.to_executor
                 .send(batch)
