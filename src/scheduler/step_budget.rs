@@ -160,10 +160,10 @@ impl StepBudget {
         } else {
             self.fit(remaining, start, others)
         };
-        // A chunk of a few tokens would pay a whole step's overhead for them: a prompt
-        // that may progress gets at least the minimum chunk.
-        if n < MIN_PREFILL_CHUNK && (self.prefills == 0 || (long && self.long_prefills == 0)) {
-            n = n.max(remaining.min(MIN_PREFILL_CHUNK).min(self.tokens_left));
+        // Only when nothing fits: a larger floor would take the room kept for the short
+        // prompts and decodes scheduled after it.
+        if n == 0 && (self.prefills == 0 || (long && self.long_prefills == 0)) {
+            n = remaining.min(MIN_PREFILL_CHUNK).min(self.tokens_left);
         }
         if n > 0 {
             self.prefills += 1;

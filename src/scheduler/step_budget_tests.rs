@@ -97,9 +97,11 @@ fn a_lone_prompt_that_finishes_within_the_lone_budgets_is_not_cut() {
 }
 
 #[test]
-fn a_prompt_that_may_progress_gets_at_least_the_minimum_chunk() {
+fn the_long_prompt_never_takes_the_room_kept_for_a_short_one() {
     let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048);
-    // 10 ms + 88 reserved tokens leave time for 2 tokens: too few to pay a step's overhead.
-    budget.reserve(StepShape::chunk(88, 0));
-    assert_eq!(budget.take_prefill(1000, 0), MIN_PREFILL_CHUNK);
+    // A short prompt (5 ms) and 80 decodes (80 ms) to come: 5 ms are left for the long one.
+    budget.reserve(StepShape::chunk(5, 0));
+    budget.reserve(StepShape::chunk(80, 0));
+    assert_eq!(budget.take_prefill(1000, 0), 5);
+    assert_eq!(budget.take_prefill(5, 0), 5, "the short prompt still starts");
 }
