@@ -10,7 +10,8 @@ use std::time::Duration;
 use reqwest::blocking::Client;
 use serde_json::Value;
 
-/// The server a benchmark talks to: flattened into each example's flags.
+// The server a benchmark talks to, flattened into each example's flags (a plain comment: a doc
+// comment would become each example's `--help` description).
 #[derive(clap::Args)]
 pub struct ServerArgs {
     #[arg(long, default_value = "http://127.0.0.1:8000")]
