@@ -5,7 +5,8 @@
 //! - few tokens (decode): each block is widened in registers once per tile of up to
 //!   [`TOKEN_TILE`] tokens, so the step is bound by reading the packed bytes;
 //! - many tokens (prefill, large batches): panels of rows are widened into an f32 scratch and
-//!   multiplied by the `gemm` crate's tuned micro-kernels, so the step is bound by FMAs.
+//!   multiplied with the tokens in the vector lanes (`token_lanes.rs`; the portable path runs
+//!   the `gemm` crate's micro-kernels instead), so the step is bound by FMAs.
 
 use std::ops::Range;
 
@@ -15,6 +16,7 @@ use super::dispatch::{KernelPath, active};
 use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
 use super::tiling::ROW_PANEL;
+use super::token_lanes::matmul_token_lanes;
 
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
@@ -33,7 +35,7 @@ pub fn matmul_packed(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
         return Vec::new();
     }
     if tokens >= GEMM_MIN_TOKENS {
-        return gemm_panels(x, tokens, w);
+        return matmul_token_lanes(active(), x, tokens, w).unwrap_or_else(|| gemm_panels(x, tokens, w));
     }
     // Work in row panels, enough of them to keep every thread busy.
     let panels_per_thread = 4;
