@@ -17,6 +17,7 @@ use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
 use super::tiling::ROW_PANEL;
 use super::token_lanes::matmul_token_lanes;
+pub(super) use super::widen::widen_row_on;
 
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
@@ -109,24 +110,6 @@ unsafe impl Sync for SharedOutput {}
 /// Row `r` of `w` widened to f32 into `out` (`[w.cols]`), on the active kernel path.
 fn widen_row(w: &PackedMatrix, r: usize, out: &mut [f32]) {
     widen_row_on(active(), w, r, out)
-}
-
-/// [`widen_row`] on `path`, which this CPU must run.
-pub(super) fn widen_row_on(path: KernelPath, w: &PackedMatrix, r: usize, out: &mut [f32]) {
-    assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
-    match path {
-        // SAFETY: the CPU supports the features each function is compiled for (asserted).
-        #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx512 => unsafe { super::avx512::widen_row(w, r, out) },
-        #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2 => unsafe { super::avx2::widen_row(w, r, out) },
-        _ => {
-            let bpr = w.blocks_per_row();
-            for (b, dst) in out[..w.cols].chunks_exact_mut(BLOCK).enumerate() {
-                dst.copy_from_slice(&w.block_values(r * bpr + b));
-            }
-        }
-    }
 }
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`), on the active path.

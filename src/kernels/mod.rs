@@ -24,6 +24,7 @@ mod strided_gemm;
 mod test_blocks;
 mod tiling;
 mod token_lanes;
+mod widen;
 
 pub use dispatch::KernelPath;
 pub use ggml_type::GgmlType;

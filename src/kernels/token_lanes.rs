@@ -16,8 +16,8 @@ use std::arch::x86_64::*;
 use rayon::prelude::*;
 
 use super::dispatch::KernelPath;
-use super::matmul::widen_row_on;
 use super::packed::PackedMatrix;
+use super::widen::widen_row_on;
 
 /// Rows widened at a time: one unit of parallel work (48 × 2048 f32 is 384 KiB, in L2).
 const PANEL_ROWS: usize = 48;
