@@ -89,6 +89,9 @@ pub struct ModelOutput {
     /// Wall time the executor spent on the step (filled in by the executor actor): the
     /// step-duration histogram and the scheduler's step-time model learn from it.
     pub step_seconds: f64,
+    /// How long the executor sat idle between the end of the step before and this one's
+    /// start (`None` for its first step): the per-step log shows it beside the step.
+    pub idle_seconds: Option<f64>,
 }
 
 /// KV blocks copied between the device pool and the host swap pool in one direction.

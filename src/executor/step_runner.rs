@@ -47,6 +47,7 @@ impl StepRunner {
         executor.checkpoint(StepStage::AfterExecute, &batch);
         self.previous_samples.record(&batch, &output);
         output.step_seconds = start.elapsed().as_secs_f64();
+        output.idle_seconds = idle.map(|d| d.as_secs_f64());
         tracing::debug!(
             sequences = batch.sequences.len(),
             tokens = batch.num_tokens(),

@@ -5,6 +5,7 @@ mod in_flight;
 pub mod policy;
 pub mod request;
 pub mod step_budget;
+mod step_log;
 pub mod step_loop;
 pub mod step_time;
 

@@ -20,7 +20,8 @@ impl Scheduler {
             self.step_time.coefficients(),
             self.config.max_num_batched_tokens,
         )
-        .cold(self.step_time.is_cold());
+        .cold(self.step_time.is_cold())
+        .alone(self.running.len() + self.waiting.len() + self.swapped.len() == 1);
         if !sharing.is_on() {
             return budget;
         }
@@ -41,6 +42,15 @@ impl Scheduler {
             }
         }
         budget
+    }
+
+    /// The step-time model's prediction for `batch`, in seconds (the per-step log).
+    pub fn predicted_seconds(&self, batch: &SchedulerOutput) -> f64 {
+        let shape = batch.sequences.iter().fold(StepShape::default(), |mut shape, seq| {
+            shape.add(StepShape::chunk(seq.token_ids.len(), seq.start_position));
+            shape
+        });
+        self.step_time.predict(shape)
     }
 
     /// Tokens of a running request in this step: its decode token, or a prefill chunk the

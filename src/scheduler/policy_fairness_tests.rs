@@ -163,3 +163,45 @@ fn long_prompts_keep_their_throughput_under_the_budget() {
         "{budgeted} s with the budget vs {unbudgeted} s without"
     );
 }
+
+#[test]
+fn a_lone_prefill_runs_in_one_step_as_without_the_budget() {
+    // 2,000 tokens predict 0.81 s under `MACHINE`: four budgets, within the lone limit.
+    let steps_for_prompt = |async_scheduling: bool, with_chat: bool, with_long: bool| {
+        let mut s = Scheduler::new(fair(async_scheduling), vec![EOS]);
+        let mut driver = Driver::new().predicting(MACHINE);
+        if with_chat {
+            s.add(request("chat", 8, 200), Instant::now()).expect("admitted");
+            step(&mut driver, &mut s);
+        }
+        s.add(request("lone", 2000, 1), Instant::now()).expect("admitted");
+        if with_long {
+            s.add(request("next", 2000, 1), Instant::now()).expect("admitted");
+        }
+        let mut steps = 0;
+        loop {
+            let (tokens, _, _) = step(&mut driver, &mut s).expect("work left");
+            steps += 1;
+            if tokens.contains(&"lone".to_string()) {
+                return steps;
+            }
+            assert!(steps < 100, "no first token after {steps} steps");
+        }
+    };
+    for async_scheduling in [false, true] {
+        assert_eq!(
+            steps_for_prompt(async_scheduling, false, false),
+            1,
+            "async {async_scheduling}"
+        );
+        // With a stream decoding or another prompt waiting, it is chunked to the budget again.
+        assert!(
+            steps_for_prompt(async_scheduling, true, false) > 1,
+            "async {async_scheduling}"
+        );
+        assert!(
+            steps_for_prompt(async_scheduling, false, true) > 1,
+            "async {async_scheduling}"
+        );
+    }
+}

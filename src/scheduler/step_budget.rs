@@ -9,6 +9,9 @@
 //! - **Long prompts one at a time** (`max_long_partial_prefills`, as vLLM): a long prompt
 //!   gets what the others leave, and always at least [`MIN_PREFILL_CHUNK`] tokens, so it
 //!   progresses whatever the load.
+//! - **A lone prompt is not cut** when no other request runs or waits and it finishes within
+//!   [`LONE_PROMPT_BUDGETS`] budgets: there is no one to protect, and chunks cost more per
+//!   token than one step.
 
 use std::time::Duration;
 
@@ -18,6 +21,12 @@ use super::step_time::{StepShape, StepTimeCoefficients};
 pub const MIN_PREFILL_CHUNK: usize = 32;
 /// The largest chunk while the step-time model has not measured a prefill step yet.
 pub const COLD_PREFILL_CHUNK: usize = 128;
+/// A prompt alone in the scheduler, with no other request running or waiting, is not cut when
+/// it can finish in one step predicted at most this many budgets long: a lone prefill runs
+/// as fast as without the budget (chunks cost more per token: see docs/08-performance.md),
+/// and a request that arrives meanwhile waits a bounded time. Longer lone prompts are
+/// chunked to the budget as usual, so a chat request that arrives during them is served.
+pub const LONE_PROMPT_BUDGETS: f64 = 12.0;
 
 /// The scheduler's fairness settings. `Default` is off: the token budget alone, FCFS.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -75,6 +84,8 @@ pub(crate) struct StepBudget {
     long_prefills: usize,
     /// The model has yet to measure prefill steps: chunks stay under `COLD_PREFILL_CHUNK`.
     cold: bool,
+    /// One request in the scheduler, no other running, waiting or swapped.
+    alone: bool,
 }
 
 impl StepBudget {
@@ -83,6 +94,7 @@ impl StepBudget {
             sharing,
             model,
             cold: false,
+            alone: false,
             tokens_left: max_tokens,
             used: StepShape::default(),
             reserved: StepShape::default(),
@@ -94,6 +106,12 @@ impl StepBudget {
     /// Caps chunks while the step-time model is still unmeasured (time budget on only).
     pub fn cold(mut self, cold: bool) -> Self {
         self.cold = cold && self.sharing.max_step.is_some();
+        self
+    }
+
+    /// The step's one request is the only one in the scheduler (see [`LONE_PROMPT_BUDGETS`]).
+    pub fn alone(mut self, alone: bool) -> Self {
+        self.alone = alone;
         self
     }
 
@@ -137,9 +155,15 @@ impl StepBudget {
             StepShape::chunk(remaining, start)
         };
         let others = self.reserved.less(own);
-        let mut n = self.fit(remaining, start, others);
-        if n == 0 && (self.prefills == 0 || (long && self.long_prefills == 0)) {
-            n = remaining.min(MIN_PREFILL_CHUNK).min(self.tokens_left);
+        let mut n = if self.finishes_alone(remaining, start, others) {
+            remaining
+        } else {
+            self.fit(remaining, start, others)
+        };
+        // A chunk of a few tokens would pay a whole step's overhead for them: a prompt
+        // that may progress gets at least the minimum chunk.
+        if n < MIN_PREFILL_CHUNK && (self.prefills == 0 || (long && self.long_prefills == 0)) {
+            n = n.max(remaining.min(MIN_PREFILL_CHUNK).min(self.tokens_left));
         }
         if n > 0 {
             self.prefills += 1;
@@ -163,6 +187,19 @@ impl StepBudget {
         self.tokens_left -= n;
         self.used.add(StepShape::chunk(n, start));
         self.reserved = self.reserved.less(reservation);
+    }
+
+    /// Whether a prompt with `remaining` tokens from `start` is alone (the only request in
+    /// the scheduler, nothing placed in the step yet) and finishes within [`LONE_PROMPT_BUDGETS`]
+    /// budgets and the token budget: then it is not cut (see the constant).
+    fn finishes_alone(&self, remaining: usize, start: usize, others: StepShape) -> bool {
+        let Some(limit) = self.sharing.max_step else {
+            return false;
+        };
+        let alone = self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0;
+        alone
+            && remaining <= self.tokens_left
+            && self.model.predict(StepShape::chunk(remaining, start)) <= limit.as_secs_f64() * LONE_PROMPT_BUDGETS
     }
 
     /// The largest chunk ≤ `remaining` that keeps tokens and predicted time within the

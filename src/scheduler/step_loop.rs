@@ -4,11 +4,13 @@
 //! `kiln::testing`'s direct driver both call it, so the engine benchmarks measure the
 //! scheduling the server does, async scheduling included.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::in_flight::{NextStep, StepsInFlight};
 use super::policy::{Scheduler, StepResult};
+use super::step_log::log_step;
 use crate::engine::events::{EngineError, TokenEvent};
 use crate::engine::step::{ExecutorError, ModelOutput, SchedulerOutput};
 
@@ -34,6 +36,9 @@ pub struct ReturnedStep {
 #[derive(Debug, Default)]
 pub struct StepLoop {
     steps: StepsInFlight,
+    /// For each step in flight, oldest first: its predicted seconds and whether it was
+    /// scheduled ahead (the per-step log).
+    sent: VecDeque<(f64, bool)>,
 }
 
 impl StepLoop {
@@ -43,7 +48,9 @@ impl StepLoop {
     pub fn step(&mut self, scheduler: &mut Scheduler) -> Vec<Arc<SchedulerOutput>> {
         let mut batches = Vec::new();
         while let Some(batch) = self.next_batch(scheduler) {
+            let ahead = self.sent.len() == 1;
             self.steps.sent();
+            self.sent.push_back((scheduler.predicted_seconds(&batch), ahead));
             batches.push(Arc::new(batch));
         }
         batches
@@ -71,8 +78,16 @@ impl StepLoop {
         now: Instant,
     ) -> ReturnedStep {
         self.steps.returned(outcome.is_err());
+        let (predicted, ahead) = self.sent.pop_front().unzip();
         match outcome {
             Ok(mut output) => {
+                log_step(
+                    batch,
+                    &output,
+                    predicted,
+                    ahead.unwrap_or(false),
+                    scheduler.num_waiting(),
+                );
                 let prompt = std::mem::take(&mut output.prompt_logprobs);
                 let mut result = scheduler.update_from_output(batch, output, now);
                 let mut events: Vec<_> = prompt
