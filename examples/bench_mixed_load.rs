@@ -27,11 +27,8 @@ use stream_client::Outcome;
 
 #[derive(Parser)]
 struct Args {
-    #[arg(long, default_value = "http://127.0.0.1:8000")]
-    base_url: String,
-    /// Default: the server's first model.
-    #[arg(long)]
-    model: Option<String>,
+    #[command(flatten)]
+    server: server_probe::ServerArgs,
     /// Background requests with a long prompt, all sent at the start.
     #[arg(long, default_value_t = 4)]
     long_prompts: usize,
@@ -95,15 +92,8 @@ fn percentiles(mut v: Vec<f64>) -> Value {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(3600))
-        .pool_max_idle_per_host(0)
-        .build()?;
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => server_probe::first_model(&client, &args.base_url)?,
-    };
-    let base = args.base_url.as_str();
+    let (client, model) = server_probe::connect(&args.server, Duration::from_secs(3600))?;
+    let base = args.server.base_url.as_str();
     let model = model.as_str();
     let load_at_start = load_average();
     let longs_done = AtomicBool::new(false);
@@ -160,7 +150,7 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let long_prompt_tokens: u64 = longs.iter().map(|t| t.input_tokens).sum();
     let report = json!({
-        "base_url": args.base_url, "model": model, "cpu": cpu_info::cpu_info(),
+        "base_url": args.server.base_url, "model": model, "cpu": cpu_info::cpu_info(),
         "long_prompts": args.long_prompts, "long_len_words": args.long_len, "long_n": args.long_n,
         "long_prompt_tokens": long_prompt_tokens, "long_wall_s": long_wall,
         "long_prompt_tokens_per_s": long_prompt_tokens as f64 / long_wall,

@@ -23,7 +23,7 @@ mod scrape_load;
 mod stream_client;
 
 use scrape_load::{ScrapeLoad, scrape_at};
-use server_probe::{first_model, scrape};
+use server_probe::scrape;
 use stream_client::Outcome;
 
 use std::collections::BTreeMap;
@@ -46,11 +46,8 @@ enum Endpoint {
 
 #[derive(Parser)]
 struct Args {
-    #[arg(long, default_value = "http://127.0.0.1:8000")]
-    base_url: String,
-    /// Default: the server's first model.
-    #[arg(long)]
-    model: Option<String>,
+    #[command(flatten)]
+    server: server_probe::ServerArgs,
     #[arg(long, value_enum, default_value = "completions")]
     endpoint: Endpoint,
     #[arg(long, default_value_t = 64)]
@@ -139,7 +136,7 @@ fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt:
     if args.ignore_eos {
         body["ignore_eos"] = json!(true);
     }
-    stream_client::stream(client, &format!("{}{path}", args.base_url), &body)
+    stream_client::stream(client, &format!("{}{path}", args.server.base_url), &body)
 }
 
 /// A counting semaphore for `--max-concurrency`.
@@ -185,17 +182,7 @@ fn main() -> anyhow::Result<()> {
         args.scrape_hz.is_none_or(|hz| hz.is_finite() && hz > 0.0),
         "--scrape-hz must be a positive number"
     );
-    // A fresh connection per request: a pooled keep-alive connection that the server has
-    // timed out (llama-server closes idle ones after 5 s) would fail a request that never
-    // reached it, and the loopback connect costs far less than any request.
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(3600))
-        .pool_max_idle_per_host(0)
-        .build()?;
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => first_model(&client, &args.base_url)?,
-    };
+    let (client, model) = server_probe::connect(&args.server, Duration::from_secs(3600))?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let work = prompts(&args, &mut rng)?;
     // Arrival offsets: Poisson (exponential gaps) at --request-rate, else all at t=0.
@@ -211,7 +198,7 @@ fn main() -> anyhow::Result<()> {
         .collect();
     let before = args
         .scrape_metrics
-        .then(|| scrape(&client, &args.base_url).unwrap_or_default());
+        .then(|| scrape(&client, &args.server.base_url).unwrap_or_default());
     let bar = ProgressBar::new(work.len() as u64);
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} requests [{elapsed}]",
@@ -222,7 +209,7 @@ fn main() -> anyhow::Result<()> {
     let mut scrapes: Option<ScrapeLoad> = None;
     let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
         let scraper = args.scrape_hz.map(|hz| {
-            let (url, stop) = (format!("{}/metrics", args.base_url), &stop_scraping);
+            let (url, stop) = (format!("{}/metrics", args.server.base_url), &stop_scraping);
             scope.spawn(move || scrape_at(&url, hz, stop))
         });
         let handles: Vec<_> = work
@@ -262,7 +249,7 @@ fn main() -> anyhow::Result<()> {
         .map(|o| (o.e2e - o.ttft) / (o.output_tokens - 1) as f64)
         .collect();
     let report = json!({
-        "base_url": args.base_url, "model": model, "completed": done.len(), "failed": outcomes.len() - done.len(), "errors": errors,
+        "base_url": args.server.base_url, "model": model, "completed": done.len(), "failed": outcomes.len() - done.len(), "errors": errors,
         "duration_s": duration, "total_input_tokens": input, "total_output_tokens": output,
         "request_throughput": done.len() as f64 / duration, "input_throughput": input as f64 / duration,
         "output_throughput": output as f64 / duration,
@@ -320,14 +307,14 @@ fn main() -> anyhow::Result<()> {
         // The server records a step's stats on its own thread after it answers the client:
         // read until its request count has caught up with what the client saw (or 10 s).
         let settled = Instant::now();
-        let mut after = scrape(&client, &args.base_url).unwrap_or_default();
+        let mut after = scrape(&client, &args.server.base_url).unwrap_or_default();
         let server_requests = |m: &std::collections::HashMap<String, f64>| {
             m.get("vllm:request_success_total").copied().unwrap_or(0.0)
                 - before.get("vllm:request_success_total").copied().unwrap_or(0.0)
         };
         while server_requests(&after) < outcomes.len() as f64 && settled.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(50)); // a poll interval, not synchronisation
-            after = scrape(&client, &args.base_url).unwrap_or_default();
+            after = scrape(&client, &args.server.base_url).unwrap_or_default();
         }
         let delta = |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
         let mean_ms = |k: &str| {

@@ -5,9 +5,36 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use reqwest::blocking::Client;
 use serde_json::Value;
+
+// The server a benchmark talks to, flattened into each example's flags (a plain comment: a doc
+// comment would become each example's `--help` description).
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub base_url: String,
+    /// Default: the server's first model.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+/// A client that opens a fresh connection per request, and the model to ask for.
+///
+/// Fresh connections because a pooled keep-alive connection that the server has timed out
+/// (llama-server closes idle ones after 5 s) would fail a request that never reached it, the
+/// loopback connect costs far less than any request, and dropping a response mid-body then
+/// closes its connection, which is how the server learns of an abort.
+pub fn connect(server: &ServerArgs, timeout: Duration) -> anyhow::Result<(Client, String)> {
+    let client = Client::builder().timeout(timeout).pool_max_idle_per_host(0).build()?;
+    let model = match &server.model {
+        Some(m) => m.clone(),
+        None => first_model(&client, &server.base_url)?,
+    };
+    Ok((client, model))
+}
 
 /// The first model `/v1/models` lists.
 pub fn first_model(client: &Client, base: &str) -> anyhow::Result<String> {

@@ -42,17 +42,14 @@ use serde_json::{Value, json};
 
 use cpu_info::cpu_info;
 use probe::idle_scrape;
-use server_probe::{first_model, rss_mib};
+use server_probe::rss_mib;
 use tally::{Tally, counter_checks};
 use traffic::{Outcome, Prompts, Spec, burst_spec, draw, send, warm_up};
 
 #[derive(Parser)]
 struct Args {
-    #[arg(long, default_value = "http://127.0.0.1:8000")]
-    base_url: String,
-    /// Default: the server's first model.
-    #[arg(long)]
-    model: Option<String>,
+    #[command(flatten)]
+    server: server_probe::ServerArgs,
     #[arg(long, default_value_t = 60)]
     duration_secs: u64,
     /// Worker threads, each with one request in flight (bursts come on top).
@@ -86,21 +83,12 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    // A fresh connection per request, as in bench_serving; dropping a response mid-body
-    // closes its connection, which is how the server learns of an abort.
-    let client = Client::builder()
-        .timeout(Duration::from_secs(600))
-        .pool_max_idle_per_host(0)
-        .build()?;
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => first_model(&client, &args.base_url)?,
-    };
+    let (client, model) = server_probe::connect(&args.server, Duration::from_secs(600))?;
     let mut rng = StdRng::seed_from_u64(args.seed);
-    let prompts = warm_up(&client, &args.base_url, &model, args.prompt_words, &mut rng)?;
+    let prompts = warm_up(&client, &args.server.base_url, &model, args.prompt_words, &mut rng)?;
     let before = idle_scrape(
         &client,
-        &args.base_url,
+        &args.server.base_url,
         &args.metric_prefix,
         Duration::from_secs(args.idle_timeout_secs),
     )?;
@@ -114,7 +102,7 @@ fn main() -> anyhow::Result<()> {
     let duration = start.elapsed().as_secs_f64();
     let after = idle_scrape(
         &client,
-        &args.base_url,
+        &args.server.base_url,
         &args.metric_prefix,
         Duration::from_secs(args.idle_timeout_secs),
     )?;
@@ -130,7 +118,7 @@ fn main() -> anyhow::Result<()> {
         .map(|r| (r, delta(&format!("request_success_total{{{r}}}"))))
         .collect();
     let report = json!({
-        "base_url": args.base_url, "model": model, "seed": args.seed, "duration_s": duration,
+        "base_url": args.server.base_url, "model": model, "seed": args.seed, "duration_s": duration,
         "concurrency": args.concurrency, "max_tokens": args.max_tokens,
         "burst": {"size": args.burst_size, "interval_s": args.burst_interval_secs},
         "cpu": cpu_info(),
@@ -185,7 +173,7 @@ fn drive(args: &Args, client: &Client, model: &str, prompts: &Prompts, rss_start
             scope.spawn(move || {
                 while Instant::now() < deadline {
                     let spec = draw(&mut rng, args.max_tokens);
-                    record(&spec, send(client, &args.base_url, model, prompts, &spec));
+                    record(&spec, send(client, &args.server.base_url, model, prompts, &spec));
                 }
             });
         }
@@ -197,7 +185,7 @@ fn drive(args: &Args, client: &Client, model: &str, prompts: &Prompts, rss_start
                 std::thread::scope(|burst| {
                     for _ in 0..args.burst_size {
                         let spec = burst_spec(&mut burst_rng);
-                        burst.spawn(move || record(&spec, send(client, &args.base_url, model, prompts, &spec)));
+                        burst.spawn(move || record(&spec, send(client, &args.server.base_url, model, prompts, &spec)));
                     }
                 });
                 next += Duration::from_secs(args.burst_interval_secs.max(1));

@@ -5,7 +5,8 @@
 //! - few tokens (decode): each block is widened in registers once per tile of up to
 //!   [`TOKEN_TILE`] tokens, so the step is bound by reading the packed bytes;
 //! - many tokens (prefill, large batches): panels of rows are widened into an f32 scratch and
-//!   multiplied by the `gemm` crate's tuned micro-kernels, so the step is bound by FMAs.
+//!   multiplied with the tokens in the vector lanes (`token_lanes.rs`; the portable path runs
+//!   the `gemm` crate's micro-kernels instead), so the step is bound by FMAs.
 
 use std::ops::Range;
 
@@ -15,6 +16,8 @@ use super::dispatch::{KernelPath, active};
 use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
 use super::tiling::ROW_PANEL;
+use super::token_lanes::matmul_token_lanes;
+pub(super) use super::widen::widen_row_on;
 
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
@@ -33,7 +36,7 @@ pub fn matmul_packed(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
         return Vec::new();
     }
     if tokens >= GEMM_MIN_TOKENS {
-        return gemm_panels(x, tokens, w);
+        return matmul_token_lanes(active(), x, tokens, w).unwrap_or_else(|| gemm_panels(x, tokens, w));
     }
     // Work in row panels, enough of them to keep every thread busy.
     let panels_per_thread = 4;
@@ -107,24 +110,6 @@ unsafe impl Sync for SharedOutput {}
 /// Row `r` of `w` widened to f32 into `out` (`[w.cols]`), on the active kernel path.
 fn widen_row(w: &PackedMatrix, r: usize, out: &mut [f32]) {
     widen_row_on(active(), w, r, out)
-}
-
-/// [`widen_row`] on `path`, which this CPU must run.
-pub(super) fn widen_row_on(path: KernelPath, w: &PackedMatrix, r: usize, out: &mut [f32]) {
-    assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
-    match path {
-        // SAFETY: the CPU supports the features each function is compiled for (asserted).
-        #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx512 => unsafe { super::avx512::widen_row(w, r, out) },
-        #[cfg(target_arch = "x86_64")]
-        KernelPath::Avx2 => unsafe { super::avx2::widen_row(w, r, out) },
-        _ => {
-            let bpr = w.blocks_per_row();
-            for (b, dst) in out[..w.cols].chunks_exact_mut(BLOCK).enumerate() {
-                dst.copy_from_slice(&w.block_values(r * bpr + b));
-            }
-        }
-    }
 }
 
 /// Output rows `rows` for all tokens into `out` (`[rows.len(), tokens]`), on the active path.

@@ -23,6 +23,8 @@ mod strided_gemm;
 #[cfg(test)]
 mod test_blocks;
 mod tiling;
+mod token_lanes;
+mod widen;
 
 pub use dispatch::KernelPath;
 pub use ggml_type::GgmlType;
