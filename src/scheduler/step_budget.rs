@@ -7,8 +7,8 @@
 //!   `long_prefill_token_threshold` tokens left) that this step can start, so a chat request
 //!   that arrives during long prefills gets its first token a step or two later.
 //! - **Long prompts one at a time** (`max_long_partial_prefills`, as vLLM): a long prompt
-//!   gets what the others leave, and always at least [`MIN_PREFILL_CHUNK`] tokens, so it
-//!   progresses whatever the load.
+//!   gets what the others leave, and [`MIN_PREFILL_CHUNK`] tokens when they leave nothing,
+//!   so it progresses whatever the load.
 //! - **A lone prompt is not cut** when no other request runs or waits and it finishes within
 //!   [`LONE_PROMPT_BUDGETS`] budgets: there is no one to protect, and chunks cost more per
 //!   token than one step.
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::step_time::{StepShape, StepTimeCoefficients};
 
-/// A long prompt's least progress per step, even when decodes and short prompts fill it.
+/// A prompt's chunk when decodes and short prompts leave it no room (it still progresses).
 pub const MIN_PREFILL_CHUNK: usize = 32;
 /// The largest chunk while the step-time model has not measured a prefill step yet.
 pub const COLD_PREFILL_CHUNK: usize = 128;
