@@ -161,20 +161,8 @@ pub fn portable_rows_kernel(x: &[f32], tokens: usize, w: &PackedMatrix, rows: Ra
 mod tests {
     use super::*;
     use crate::kernels::GgmlType;
-    use crate::kernels::test_blocks::small_scale_blocks;
+    use crate::kernels::test_blocks::{pseudo_random, small_scale_blocks};
     use crate::model::gguf::quantize;
-
-    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
 
     /// `x · Wᵀ` in f64 over the widened weights.
     fn reference(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f64> {

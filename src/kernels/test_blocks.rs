@@ -48,3 +48,16 @@ pub fn small_scale_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
     }
     data
 }
+
+/// `n` pseudo-random activations in [-1, 1), the same for the same `seed`.
+pub fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

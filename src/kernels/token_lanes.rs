@@ -239,19 +239,7 @@ token_lane_kernel!(
 mod tests {
     use super::*;
     use crate::kernels::GgmlType;
-    use crate::kernels::test_blocks::small_scale_blocks;
-
-    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::kernels::test_blocks::{pseudo_random, small_scale_blocks};
 
     /// Every format on every token-lane path this CPU runs, at token counts around the tile
     /// and vector widths, against the f64 sum over the widened weights. Rows (61) leave
