@@ -21,14 +21,19 @@ impl Scheduler {
             self.config.max_num_batched_tokens,
         )
         .cold(self.step_time.is_cold())
-        .alone(self.running.len() + self.waiting.len() + self.swapped.len() == 1);
+        .alone(self.running.len() + self.waiting.len() + self.swapped.len() == 1)
+        .nothing_decoding(self.swapped.is_empty() && self.running.iter().all(|r| r.num_generated_with_pending() == 0));
         if !sharing.is_on() {
             return budget;
         }
         for request in &self.running {
-            let remaining = self.num_to_schedule(request);
-            if remaining > 0 && !sharing.is_long(remaining) {
-                budget.reserve(StepShape::chunk(remaining, request.num_scheduled()));
+            match self.num_to_schedule(request) {
+                0 => {}
+                1 => budget.reserve_decode(request.num_scheduled()),
+                remaining if !sharing.is_long(remaining) => {
+                    budget.reserve_prompt(StepShape::chunk(remaining, request.num_scheduled()))
+                }
+                _ => {}
             }
         }
         let slots = self.config.max_num_seqs.saturating_sub(self.running.len());
@@ -38,7 +43,7 @@ impl Scheduler {
             }
             let remaining = request.total_len() - request.num_computed;
             if !sharing.is_long(remaining) {
-                budget.reserve(StepShape::chunk(remaining, request.num_computed));
+                budget.reserve_prompt(StepShape::chunk(remaining, request.num_computed));
             }
         }
         budget

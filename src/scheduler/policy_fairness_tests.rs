@@ -50,6 +50,25 @@ fn step(driver: &mut Driver, s: &mut Scheduler) -> Option<(Vec<String>, f64, usi
     Some((tokens, driver.last_predicted, batched))
 }
 
+/// Steps until each of `ids` got a token.
+fn steps_until_tokens(driver: &mut Driver, s: &mut Scheduler, ids: &[&str]) -> usize {
+    steps_and_longest_until_tokens(driver, s, ids).0
+}
+
+/// Steps until each of `ids` got a token, and the longest step's predicted seconds.
+fn steps_and_longest_until_tokens(driver: &mut Driver, s: &mut Scheduler, ids: &[&str]) -> (usize, f64) {
+    let mut without: Vec<&str> = ids.to_vec();
+    let (mut steps, mut longest) = (0, 0.0f64);
+    while !without.is_empty() {
+        let (tokens, predicted, _) = step(driver, s).expect("work left");
+        steps += 1;
+        longest = longest.max(predicted);
+        without.retain(|id| !tokens.iter().any(|t| t == id));
+        assert!(steps < 100, "no token for {without:?} after {steps} steps");
+    }
+    (steps, longest)
+}
+
 #[test]
 fn steps_stay_under_the_time_budget_and_decodes_run_in_every_step() {
     for async_scheduling in [false, true] {
@@ -95,15 +114,7 @@ fn a_short_request_during_long_prefills_gets_its_first_token_within_two_steps() 
             step(&mut driver, &mut s);
         }
         s.add(request("short", 5, 4), Instant::now()).expect("admitted");
-        let mut steps = 0;
-        loop {
-            let (tokens, _, _) = step(&mut driver, &mut s).expect("work left");
-            steps += 1;
-            if tokens.contains(&"short".to_string()) {
-                break;
-            }
-            assert!(steps < 10, "no first token after {steps} steps");
-        }
+        let steps = steps_until_tokens(&mut driver, &mut s, &["short"]);
         // Synchronous: the step that admits it samples it. Async: the step queued when it
         // arrived runs first.
         let bound = if async_scheduling { 2 } else { 1 };
@@ -179,15 +190,7 @@ fn a_lone_prefill_runs_in_one_step_as_without_the_budget() {
         if with_long {
             s.add(request("next", 2000, 1), Instant::now()).expect("admitted");
         }
-        let mut steps = 0;
-        loop {
-            let (tokens, _, _) = step(&mut driver, &mut s).expect("work left");
-            steps += 1;
-            if tokens.contains(&"lone".to_string()) {
-                return steps;
-            }
-            assert!(steps < 100, "no first token after {steps} steps");
-        }
+        steps_until_tokens(&mut driver, &mut s, &["lone"])
     };
     for async_scheduling in [false, true] {
         assert_eq!(
@@ -241,4 +244,44 @@ fn the_step_ahead_of_a_long_step_is_chosen_near_its_end_so_a_new_request_makes_i
     let mut steps = StepLoop::default();
     s.add(request("chat", 5, 40), Instant::now()).expect("admitted");
     assert_eq!(steps.step(&mut s, t0).len(), 2);
+}
+
+#[test]
+fn a_burst_of_short_prompts_is_prefilled_together_when_idle_and_fills_the_budget_when_not() {
+    // Thirty-two 60-token prompts: 394 ms in one step under `MACHINE`, twice the budget.
+    let ids: Vec<String> = (0..32).map(|i| format!("short{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    for async_scheduling in [false, true] {
+        let room = SchedulerConfig {
+            max_num_seqs: 64,
+            ..fair(async_scheduling)
+        };
+        // Idle engine: one step, as without the budget (within the lone budgets).
+        let mut s = Scheduler::new(room.clone(), vec![EOS]);
+        let mut driver = Driver::new().predicting(MACHINE);
+        for id in &ids {
+            s.add(request(id, 60, 8), Instant::now()).expect("admitted");
+        }
+        assert_eq!(
+            steps_until_tokens(&mut driver, &mut s, &ids),
+            1,
+            "async {async_scheduling}"
+        );
+        // A stream decoding: steps within the budget, filled in arrival order (four partial
+        // prefills a step: eight steps). Each prompt keeping room for all the others gave the
+        // first one the 32-token floor a step: 37 steps.
+        let mut s = Scheduler::new(room, vec![EOS]);
+        let mut driver = Driver::new().predicting(MACHINE);
+        s.add(request("chat", 8, 200), Instant::now()).expect("admitted");
+        step(&mut driver, &mut s);
+        for id in &ids {
+            s.add(request(id, 60, 8), Instant::now()).expect("admitted");
+        }
+        let (steps, longest) = steps_and_longest_until_tokens(&mut driver, &mut s, &ids);
+        assert!(steps <= 9, "{steps} steps (async {async_scheduling})");
+        assert!(
+            longest <= BUDGET.as_secs_f64() + 1e-9,
+            "a step of {longest} s (async {async_scheduling})"
+        );
+    }
 }

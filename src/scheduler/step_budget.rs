@@ -5,13 +5,16 @@
 //! - **Decodes and short prompts first.** Before any long prompt gets a chunk, room is
 //!   reserved for every running decode and for the short prompts (at most
 //!   `long_prefill_token_threshold` tokens left) that this step can start, so a chat request
-//!   that arrives during long prefills gets its first token a step or two later.
+//!   that arrives during long prefills gets its first token a step or two later. A short
+//!   prompt keeps room for the decodes only: short prompts share what is left in arrival
+//!   order, so a burst of them fills the budget instead of each waiting for all the others.
 //! - **Long prompts one at a time** (`max_long_partial_prefills`, as vLLM): a long prompt
 //!   gets what the others leave, and [`MIN_PREFILL_CHUNK`] tokens when they leave nothing,
 //!   so it progresses whatever the load.
-//! - **A lone prompt is not cut** when no other request runs or waits and it finishes within
-//!   [`LONE_PROMPT_BUDGETS`] budgets: there is no one to protect, and chunks cost more per
-//!   token than one step.
+//! - **A prompt is not cut when no one waits on the step**, if the step finishes it within
+//!   [`LONE_PROMPT_BUDGETS`] budgets: a prompt alone in the scheduler, and short prompts
+//!   while nothing decodes (a burst of requests on an idle engine is prefilled together, as
+//!   without the budget). Chunks cost more per token than one step.
 
 use std::time::Duration;
 
@@ -21,11 +24,14 @@ use super::step_time::{StepShape, StepTimeCoefficients};
 pub const MIN_PREFILL_CHUNK: usize = 32;
 /// The largest chunk while the step-time model has not measured a prefill step yet.
 pub const COLD_PREFILL_CHUNK: usize = 128;
-/// A prompt alone in the scheduler, with no other request running or waiting, is not cut when
-/// it can finish in one step predicted at most this many budgets long: a lone prefill runs
-/// as fast as without the budget (chunks cost more per token: see docs/08-performance.md),
-/// and a request that arrives meanwhile waits a bounded time. Longer lone prompts are
-/// chunked to the budget as usual, so a chat request that arrives during them is served.
+/// A prompt is not cut when the step that finishes it is predicted at most this many budgets
+/// long and no one waits on it: a prompt alone in the scheduler (no other request running,
+/// waiting or swapped), or a short prompt while no request decodes (all are on their
+/// prompts, none swapped out). Such prefills run as fast as without the budget (chunks cost
+/// more per token: see docs/08-performance.md), and a request that arrives meanwhile waits a
+/// bounded time. A long prompt with others in the scheduler is always chunked to the budget,
+/// so a chat request that arrives during it is served. Short prompts taken whole may exceed
+/// `max_num_partial_prefills` (none stays partial); a prompt after them is not cut to fit.
 pub const LONE_PROMPT_BUDGETS: f64 = 12.0;
 
 /// The scheduler's fairness settings. `Default` is off: the token budget alone, FCFS.
@@ -78,14 +84,18 @@ pub(crate) struct StepBudget {
     model: StepTimeCoefficients,
     tokens_left: usize,
     used: StepShape,
-    /// Decodes and short prefills not scheduled yet that this step keeps room for.
-    reserved: StepShape,
+    /// Decodes not scheduled yet that this step keeps room for.
+    reserved_decodes: StepShape,
+    /// Short prefills not scheduled yet that this step keeps room for (from long prompts).
+    reserved_prompts: StepShape,
     prefills: usize,
     long_prefills: usize,
     /// The model has yet to measure prefill steps: chunks stay under `COLD_PREFILL_CHUNK`.
     cold: bool,
     /// One request in the scheduler, no other running, waiting or swapped.
     alone: bool,
+    /// No request in the scheduler decodes: all are on their prompts, none swapped.
+    nothing_decoding: bool,
 }
 
 impl StepBudget {
@@ -95,9 +105,11 @@ impl StepBudget {
             model,
             cold: false,
             alone: false,
+            nothing_decoding: false,
             tokens_left: max_tokens,
             used: StepShape::default(),
-            reserved: StepShape::default(),
+            reserved_decodes: StepShape::default(),
+            reserved_prompts: StepShape::default(),
             prefills: 0,
             long_prefills: 0,
         }
@@ -115,6 +127,12 @@ impl StepBudget {
         self
     }
 
+    /// No request in the scheduler decodes yet (see [`LONE_PROMPT_BUDGETS`]).
+    pub fn nothing_decoding(mut self, nothing_decoding: bool) -> Self {
+        self.nothing_decoding = nothing_decoding;
+        self
+    }
+
     pub fn tokens_left(&self) -> usize {
         self.tokens_left
     }
@@ -123,10 +141,17 @@ impl StepBudget {
         self.tokens_left > 0
     }
 
-    /// Keeps room for work of this shape (a decode, a short prompt) scheduled later.
-    pub fn reserve(&mut self, shape: StepShape) {
+    /// Keeps room for a decode scheduled later, from every prompt.
+    pub fn reserve_decode(&mut self, start: usize) {
         if self.sharing.is_on() {
-            self.reserved.add(shape);
+            self.reserved_decodes.add(StepShape::chunk(1, start));
+        }
+    }
+
+    /// Keeps room for a short prompt's chunk scheduled later, from long prompts.
+    pub fn reserve_prompt(&mut self, shape: StepShape) {
+        if self.sharing.is_on() {
+            self.reserved_prompts.add(shape);
         }
     }
 
@@ -135,7 +160,8 @@ impl StepBudget {
         if self.tokens_left == 0 {
             return 0;
         }
-        self.charge(1, start, StepShape::chunk(1, start));
+        self.charge(1, start);
+        self.reserved_decodes = self.reserved_decodes.less(StepShape::chunk(1, start));
         1
     }
 
@@ -143,23 +169,26 @@ impl StepBudget {
     /// the time left (0 when the partial-prefill limits say wait).
     pub fn take_prefill(&mut self, remaining: usize, start: usize) -> usize {
         let long = self.sharing.is_long(remaining);
-        if self.prefills >= self.sharing.max_num_partial_prefills
-            || (long && self.long_prefills >= self.sharing.max_long_partial_prefills)
-        {
+        let long_limit_reached = long && self.long_prefills >= self.sharing.max_long_partial_prefills;
+        // A short prompt is inside the reservation (and leaves the other short ones to
+        // arrival order); a long one is not.
+        let (own, others) = if long {
+            let mut others = self.reserved_decodes;
+            others.add(self.reserved_prompts);
+            (StepShape::default(), others)
+        } else {
+            (StepShape::chunk(remaining, start), self.reserved_decodes)
+        };
+        if !long_limit_reached && self.finishes_uncut(remaining, start, others, long) {
+            self.prefills += 1;
+            self.long_prefills += usize::from(long);
+            self.charge_prefill(remaining, start, own);
+            return remaining;
+        }
+        if self.prefills >= self.sharing.max_num_partial_prefills || long_limit_reached {
             return 0;
         }
-        // A short prompt is inside the reservation; a long one is not.
-        let own = if long {
-            StepShape::default()
-        } else {
-            StepShape::chunk(remaining, start)
-        };
-        let others = self.reserved.less(own);
-        let mut n = if self.finishes_alone(remaining, start, others) {
-            remaining
-        } else {
-            self.fit(remaining, start, others)
-        };
+        let mut n = self.fit(remaining, start, others);
         // Only when nothing fits: a larger floor would take the room kept for the short
         // prompts and decodes scheduled after it.
         if n == 0 && (self.prefills == 0 || (long && self.long_prefills == 0)) {
@@ -168,7 +197,7 @@ impl StepBudget {
         if n > 0 {
             self.prefills += 1;
             self.long_prefills += usize::from(long);
-            self.charge(n, start, own);
+            self.charge_prefill(n, start, own);
         }
         n
     }
@@ -183,23 +212,36 @@ impl StepBudget {
         self.sharing.is_long(remaining)
     }
 
-    fn charge(&mut self, n: usize, start: usize, reservation: StepShape) {
+    fn charge(&mut self, n: usize, start: usize) {
         self.tokens_left -= n;
         self.used.add(StepShape::chunk(n, start));
-        self.reserved = self.reserved.less(reservation);
     }
 
-    /// Whether a prompt with `remaining` tokens from `start` is alone (the only request in
-    /// the scheduler, nothing placed in the step yet) and finishes within [`LONE_PROMPT_BUDGETS`]
-    /// budgets and the token budget: then it is not cut (see the constant).
-    fn finishes_alone(&self, remaining: usize, start: usize, others: StepShape) -> bool {
+    /// Charges a chunk of `n` and gives back the room kept for it (`reservation`).
+    fn charge_prefill(&mut self, n: usize, start: usize, reservation: StepShape) {
+        self.charge(n, start);
+        self.reserved_prompts = self.reserved_prompts.less(reservation);
+    }
+
+    /// Whether a prompt with `remaining` tokens from `start` is taken whole: no one waits on
+    /// the step (a long prompt alone with nothing placed yet, or a short one while nothing
+    /// decodes), and the step with it and `others` (work kept room for) stays within
+    /// [`LONE_PROMPT_BUDGETS`] budgets and the token budget (see the constant).
+    fn finishes_uncut(&self, remaining: usize, start: usize, others: StepShape, long: bool) -> bool {
         let Some(limit) = self.sharing.max_step else {
             return false;
         };
-        let alone = self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0;
-        alone
+        let no_one_waits = if long {
+            self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0
+        } else {
+            self.nothing_decoding
+        };
+        let mut step = self.used;
+        step.add(others);
+        step.add(StepShape::chunk(remaining, start));
+        no_one_waits
             && remaining <= self.tokens_left
-            && self.model.predict(StepShape::chunk(remaining, start)) <= limit.as_secs_f64() * LONE_PROMPT_BUDGETS
+            && self.model.predict(step) <= limit.as_secs_f64() * LONE_PROMPT_BUDGETS
     }
 
     /// The largest chunk ≤ `remaining` that keeps tokens and predicted time within the

@@ -24,7 +24,7 @@ const FLAT: StepTimeCoefficients = StepTimeCoefficients {
 fn a_chunk_fills_the_time_left_after_the_reserved_decodes() {
     let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048);
     for position in [10, 20, 30] {
-        budget.reserve(StepShape::chunk(1, position));
+        budget.reserve_decode(position);
     }
     // 100 ms - 10 ms per step - 3 decodes at 1 ms: 87 tokens of a long prompt.
     assert_eq!(budget.take_prefill(1000, 0), 87);
@@ -51,8 +51,8 @@ fn attention_pairs_shrink_chunks_deep_in_a_prompt() {
 #[test]
 fn one_long_prefill_per_step_and_the_first_always_progresses() {
     let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048);
-    // Decodes alone take the whole budget...
-    budget.reserve(StepShape::chunk(200, 0));
+    // Short prompts alone take the whole budget...
+    budget.reserve_prompt(StepShape::chunk(200, 0));
     // ...yet the first long prompt moves by the minimum chunk, and a second waits.
     assert_eq!(budget.take_prefill(1000, 0), MIN_PREFILL_CHUNK);
     assert_eq!(budget.take_prefill(1000, 0), 0);
@@ -66,7 +66,7 @@ fn one_long_prefill_per_step_and_the_first_always_progresses() {
 #[test]
 fn off_means_the_token_budget_alone() {
     let mut budget = StepBudget::new(StepSharing::default(), FLAT, 64);
-    budget.reserve(StepShape::chunk(10, 0));
+    budget.reserve_prompt(StepShape::chunk(10, 0));
     assert_eq!(budget.take_prefill(1000, 0), 64);
     assert!(!budget.has_tokens());
 }
@@ -88,20 +88,54 @@ fn a_lone_prompt_that_finishes_within_the_lone_budgets_is_not_cut() {
         .cold(true)
         .take_prefill(1000, 0);
     assert_eq!(cold, 1000, "nor by the cold cap");
-    let not_alone = StepBudget::new(sharing(100, 50), FLAT, 2048).take_prefill(1000, 0);
+    let not_alone = StepBudget::new(sharing(100, 50), FLAT, 2048)
+        .nothing_decoding(true)
+        .take_prefill(1000, 0);
     assert_eq!(not_alone, 90, "another request in the scheduler: cut to the budget");
-    // A decode to protect: the prompt is cut to what the budget leaves.
-    let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048).alone(true);
-    budget.reserve(StepShape::chunk(1, 10));
-    assert_eq!(budget.take_prefill(1000, 0), 89);
+}
+
+#[test]
+fn a_burst_on_an_idle_engine_is_prefilled_together_within_the_lone_budgets() {
+    // Eight short prompts of 40 tokens (330 ms in one step), more than the four partial
+    // prefills, with nothing decoding: each is taken whole.
+    let mut burst = StepBudget::new(sharing(100, 50), FLAT, 2048).nothing_decoding(true);
+    for _ in 0..8 {
+        burst.reserve_prompt(StepShape::chunk(40, 0));
+    }
+    let taken: Vec<usize> = (0..8).map(|_| burst.take_prefill(40, 0)).collect();
+    assert_eq!(taken, vec![40; 8]);
+    // The same burst while a stream decodes: cut to the budget, four prompts at most.
+    let mut busy = StepBudget::new(sharing(100, 50), FLAT, 2048);
+    busy.reserve_decode(10);
+    for _ in 0..8 {
+        busy.reserve_prompt(StepShape::chunk(40, 0));
+    }
+    let taken: Vec<usize> = (0..8).map(|_| busy.take_prefill(40, 0)).collect();
+    // In arrival order, each filling what the ones before it left: 10 ms + the decode's 1 ms
+    // + 89 tokens = 100 ms. (Each keeping room for all the others left the first a 32-token
+    // floor and the step at 43 ms.)
+    assert_eq!(taken, vec![40, 40, 9, 0, 0, 0, 0, 0]);
+    // Up to the lone budgets: of 40 prompts of 40 tokens, those that fit 1.2 s are whole and
+    // the rest wait.
+    let mut many = StepBudget::new(sharing(100, 50), FLAT, 2048).nothing_decoding(true);
+    let taken: Vec<usize> = (0..40).map(|_| many.take_prefill(40, 0)).collect();
+    assert_eq!(taken.iter().filter(|&&n| n == 40).count(), 29, "{taken:?}");
+    assert_eq!(taken.iter().sum::<usize>(), 29 * 40, "{taken:?}");
+    // A long prompt is not taken whole beside others, even with nothing decoding.
+    let long = StepBudget::new(sharing(100, 50), FLAT, 2048)
+        .nothing_decoding(true)
+        .take_prefill(300, 0);
+    assert_eq!(long, 90);
 }
 
 #[test]
 fn the_long_prompt_never_takes_the_room_kept_for_a_short_one() {
     let mut budget = StepBudget::new(sharing(100, 50), FLAT, 2048);
     // A short prompt (5 ms) and 80 decodes (80 ms) to come: 5 ms are left for the long one.
-    budget.reserve(StepShape::chunk(5, 0));
-    budget.reserve(StepShape::chunk(80, 0));
+    budget.reserve_prompt(StepShape::chunk(5, 0));
+    for position in 0..80 {
+        budget.reserve_decode(position);
+    }
     assert_eq!(budget.take_prefill(1000, 0), 5);
     assert_eq!(budget.take_prefill(5, 0), 5, "the short prompt still starts");
 }
