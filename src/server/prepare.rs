@@ -107,12 +107,20 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
 fn select_cpu_kernels(config: &Config) -> anyhow::Result<()> {
     let path = config.engine.cpu_kernels.path().map_err(anyhow::Error::msg)?;
     crate::kernels::dispatch::set_active(path);
+    let activations = config.engine.cpu_activations;
+    crate::kernels::dispatch::set_activations(activations.mode());
     let available: Vec<&str> = KernelPath::ALL
         .into_iter()
         .filter(|p| p.available())
         .map(KernelPath::name)
         .collect();
     tracing::info!(path = path.name(), ?available, "CPU kernels");
+    if activations == crate::config::CpuActivations::Int8 {
+        let kernel = crate::kernels::dispatch::int8_kernel_name(path);
+        tracing::info!(kernel, "CPU activations: int8 at 16 or more tokens a step");
+    } else {
+        tracing::info!("CPU activations: f32");
+    }
     Ok(())
 }
 

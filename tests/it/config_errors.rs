@@ -99,6 +99,11 @@ fn bad_names_in_a_config_file_stop_the_process_naming_the_key() {
     for (what, toml, named) in [
         ("CPU kernels", "[engine]\ncpu_kernels = \"sse9\"\n", "cpu_kernels"),
         (
+            "CPU activations",
+            "[engine]\ncpu_activations = \"int4\"\n",
+            "cpu_activations",
+        ),
+        (
             "a tool-call parser",
             "[model]\ntool_call_parser = \"nope\"\n",
             "tool_call_parser",
