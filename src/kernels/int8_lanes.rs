@@ -39,7 +39,17 @@ thread_local! {
 pub fn matmul_int8(path: KernelPath, x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     assert_eq!(x.len(), tokens * w.cols, "x must be [tokens, {}]", w.cols);
     let vnni = path == KernelPath::Avx512 && int8_vnni_available();
-    let lanes = QuantizedLanes::quantize(x, tokens, w.cols, group_of(w.format));
+    let lanes = if vnni {
+        let mut lanes = QuantizedLanes::zeroed(tokens, w.cols, group_of(w.format));
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512F/BW (checked above).
+        unsafe {
+            super::int8_vnni::quantize_into(x, &mut lanes)
+        };
+        lanes
+    } else {
+        QuantizedLanes::quantize(x, tokens, w.cols, group_of(w.format))
+    };
     let mut y = vec![0.0f32; tokens * w.rows];
     let out = Output {
         ptr: y.as_mut_ptr(),

@@ -28,35 +28,20 @@ pub(super) struct QuantizedLanes {
 }
 
 impl QuantizedLanes {
-    /// `x` (`[tokens, k]`) quantised per token and group of `group` columns.
+    /// `x` (`[tokens, k]`) quantised per token and group of `group` columns, in portable
+    /// code.
     pub fn quantize(x: &[f32], tokens: usize, k: usize, group: usize) -> QuantizedLanes {
-        assert!(
-            group.is_multiple_of(4) && k.is_multiple_of(group),
-            "{k} columns in groups of {group}"
-        );
+        let mut out = QuantizedLanes::zeroed(tokens, k, group);
         assert_eq!(x.len(), tokens * k, "x must be [tokens, {k}]");
-        let padded = tokens.next_multiple_of(TOKEN_LANES);
-        let groups = k / group;
-        let mut out = QuantizedLanes {
-            group,
-            k,
-            tokens,
-            padded,
-            bytes: vec![0; k * padded],
-            scales: vec![0.0; groups * padded],
-            sums: vec![0.0; groups * padded],
-        };
+        let padded = out.padded;
         for (t, row) in x.chunks_exact(k).enumerate() {
             for (g, values) in row.chunks_exact(group).enumerate() {
                 let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                let (scale, inverse) = if amax > 0.0 {
-                    (amax / 127.0, 127.0 / amax)
-                } else {
-                    (0.0, 0.0)
-                };
+                let (scale, inverse) = scale_and_inverse(amax);
                 let mut sum = 0i32;
                 for (j, &v) in values.iter().enumerate() {
-                    let q = (v * inverse).round().clamp(-127.0, 127.0) as i32;
+                    // Ties to even, as the vector conversion rounds.
+                    let q = (v * inverse).round_ties_even().clamp(-127.0, 127.0) as i32;
                     sum += q;
                     let c = g * group + j;
                     out.bytes[((c / 4) * padded + t) * 4 + c % 4] = q as i8 as u8;
@@ -66,6 +51,25 @@ impl QuantizedLanes {
             }
         }
         out
+    }
+
+    /// Room for `tokens` × `k` activations in groups of `group`, all zero.
+    pub fn zeroed(tokens: usize, k: usize, group: usize) -> QuantizedLanes {
+        assert!(
+            group.is_multiple_of(16) && k.is_multiple_of(group),
+            "{k} columns in groups of {group}"
+        );
+        let padded = tokens.next_multiple_of(TOKEN_LANES);
+        let groups = k / group;
+        QuantizedLanes {
+            group,
+            k,
+            tokens,
+            padded,
+            bytes: vec![0; k * padded],
+            scales: vec![0.0; groups * padded],
+            sums: vec![0.0; groups * padded],
+        }
     }
 
     /// The quantised value of token `t`, column `c`.
@@ -83,6 +87,15 @@ impl QuantizedLanes {
             }
         }
         out
+    }
+}
+
+/// A group's scale (`amax / 127`) and its inverse (0 and 0 for an all-zero group).
+pub(super) fn scale_and_inverse(amax: f32) -> (f32, f32) {
+    if amax > 0.0 {
+        (amax / 127.0, 127.0 / amax)
+    } else {
+        (0.0, 0.0)
     }
 }
 

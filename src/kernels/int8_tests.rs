@@ -148,3 +148,28 @@ fn quantising_keeps_each_groups_largest_value_and_zero_groups() {
     assert_eq!(q.q(5, 3), 0);
     assert_eq!(q.scales[5], 0.0);
 }
+
+/// The AVX-512 quantiser gives the portable one's bytes, scales and sums exactly (ties
+/// included: values at exact halves of a step are in the input).
+#[test]
+fn the_vector_quantiser_equals_the_portable_one() {
+    if !int8_vnni_available() {
+        println!("no AVX-512 VNNI: only the portable quantiser runs here");
+        return;
+    }
+    for (group, tokens) in [(32, 1), (32, 33), (16, 17)] {
+        let mut x = pseudo_random(tokens * COLS, 77 + tokens as u64);
+        // A group whose values fall on ties: amax 127, so each q is the value itself.
+        for (j, v) in x[..group].iter_mut().enumerate() {
+            *v = j as f32 - 0.5 * (j % 2) as f32 - 10.0;
+        }
+        x[0] = 127.0;
+        let want = QuantizedLanes::quantize(&x, tokens, COLS, group);
+        let mut got = QuantizedLanes::zeroed(tokens, COLS, group);
+        // SAFETY: the CPU has AVX-512 VNNI (checked above), which implies F and BW here.
+        unsafe { super::int8_vnni::quantize_into(&x, &mut got) };
+        assert_eq!(got.bytes, want.bytes, "group {group}, {tokens} tokens");
+        assert_eq!(got.scales, want.scales, "group {group}, {tokens} tokens");
+        assert_eq!(got.sums, want.sums, "group {group}, {tokens} tokens");
+    }
+}

@@ -8,11 +8,11 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::int8_layout::{Int8Panel, Output, QuantizedLanes, TOKEN_LANES, WeightGroups, group_of};
+use super::int8_layout::{Int8Panel, Output, QuantizedLanes, TOKEN_LANES, WeightGroups, group_of, scale_and_inverse};
 use super::packed::PackedMatrix;
 
 /// Rows of the large tile.
-const TILE_ROWS: usize = 4;
+const TILE_ROWS: usize = 6;
 
 /// One panel: tokens in chunks of two vectors (one for the last chunk when one is left),
 /// rows in groups of [`TILE_ROWS`], then of one.
@@ -102,7 +102,8 @@ unsafe fn tile<const R: usize, const V: usize, const G: usize>(
         let mut wp = at.values;
         for g in 0..groups {
             let mut isum = [[_mm512_setzero_si512(); V]; R];
-            for _ in 0..G / 4 {
+            // A loop, not unrolled: unrolled, LLVM hoists all its loads and spills the sums.
+            for _ in 0..std::hint::black_box(G / 4) {
                 let mut xv = [_mm512_setzero_si512(); V];
                 for (v, x) in xv.iter_mut().enumerate() {
                     *x = _mm512_loadu_si512(xp.add(64 * v).cast());
@@ -147,4 +148,50 @@ unsafe fn tile<const R: usize, const V: usize, const G: usize>(
         }
     }
     R
+}
+
+/// `x` (`[out.tokens, out.k]`) quantised into `out` (made by [`QuantizedLanes::zeroed`]),
+/// with the same values as [`QuantizedLanes::quantize`] (the same f32 steps; the conversion
+/// rounds ties to even as the portable code does).
+///
+/// # Safety
+/// The CPU has AVX-512F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn quantize_into(x: &[f32], out: &mut QuantizedLanes) {
+    let (k, group, padded) = (out.k, out.group, out.padded);
+    assert_eq!(x.len(), out.tokens * k, "x must be [tokens, {k}]");
+    assert!(group == 16 || group == 32);
+    assert!(out.bytes.len() >= k * padded && out.scales.len() >= k / group * padded);
+    let (low, high) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+    let mut bytes = [0u8; 32];
+    for (t, row) in x.chunks_exact(k).enumerate() {
+        for (g, values) in row.chunks_exact(group).enumerate() {
+            // SAFETY: `values` holds `group` (16 or 32) floats; `bytes` holds 32; the stores
+            // stay inside `out` (asserted above).
+            unsafe {
+                let mut v = [_mm512_setzero_ps(); 2];
+                let mut amax = _mm512_setzero_ps();
+                for (h, v) in v.iter_mut().enumerate().take(group / 16) {
+                    *v = _mm512_loadu_ps(values.as_ptr().add(16 * h));
+                    amax = _mm512_max_ps(amax, _mm512_abs_ps(*v));
+                }
+                let (scale, inverse) = scale_and_inverse(_mm512_reduce_max_ps(amax));
+                let inverse = _mm512_set1_ps(inverse);
+                let mut sum = 0;
+                for (h, v) in v.iter().enumerate().take(group / 16) {
+                    let q = _mm512_cvtps_epi32(_mm512_mul_ps(*v, inverse));
+                    let q = _mm512_min_epi32(_mm512_max_epi32(q, low), high);
+                    sum += _mm512_reduce_add_epi32(q);
+                    _mm_storeu_si128(bytes.as_mut_ptr().add(16 * h).cast(), _mm512_cvtepi32_epi8(q));
+                }
+                for d in 0..group / 4 {
+                    let word = bytes.as_ptr().add(4 * d).cast::<u32>().read_unaligned();
+                    let at = ((g * group / 4 + d) * padded + t) * 4;
+                    out.bytes.as_mut_ptr().add(at).cast::<u32>().write_unaligned(word);
+                }
+                out.scales[g * padded + t] = scale;
+                out.sums[g * padded + t] = scale * sum as f32;
+            }
+        }
+    }
 }
