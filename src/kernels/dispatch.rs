@@ -114,8 +114,30 @@ pub fn set_activations(mode: Activations) {
     ACTIVATIONS.store(u8::from(mode == Activations::Int8), Ordering::Relaxed);
 }
 
-/// The activations' precision in use.
+thread_local! {
+    /// A mode [`with_activations`] sets on this thread, over the process's.
+    static SCOPED: std::cell::Cell<Option<Activations>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with `mode`'s activations on this thread (a runner's own mode), whatever the
+/// process's setting.
+pub fn with_activations<R>(mode: Activations, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Activations>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.set(self.0);
+        }
+    }
+    let _restore = Restore(SCOPED.replace(Some(mode)));
+    f()
+}
+
+/// The activations' precision in use on this thread: [`with_activations`]'s, else the
+/// process's.
 pub fn activations() -> Activations {
+    if let Some(mode) = SCOPED.get() {
+        return mode;
+    }
     match ACTIVATIONS.load(Ordering::Relaxed) {
         1 => Activations::Int8,
         _ => Activations::F32,

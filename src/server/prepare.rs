@@ -98,6 +98,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         config.server.served_model_name.clone()
     };
     let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks)
+        .computing_activations_in(config.engine.cpu_activations.mode())
         .sampling_only_below(token_id_bound(&files.tokenizer))
         .ending_generation_on(files.special_tokens.end_of_generation.clone());
     prepare_engine(config, files, served_name, executor)
