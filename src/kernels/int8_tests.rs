@@ -173,3 +173,24 @@ fn the_vector_quantiser_equals_the_portable_one() {
         assert_eq!(got.sums, want.sums, "group {group}, {tokens} tokens");
     }
 }
+
+/// `matmul_packed` under int8 runs the int8 kernel from [`INT8_MIN_TOKENS`] tokens on (and
+/// f32 below); under f32 never.
+#[test]
+fn matmul_packed_runs_int8_from_its_token_threshold_only_when_asked() {
+    use super::dispatch::{Activations, active, with_activations};
+    use super::matmul::{INT8_MIN_TOKENS, matmul_packed};
+    let w = pack(GgmlType::Q8_0, ROWS);
+    for tokens in [INT8_MIN_TOKENS - 1, INT8_MIN_TOKENS, 16, 33] {
+        let x = pseudo_random(tokens * COLS, 40 + tokens as u64);
+        let int8 = matmul_int8(active(), &x, tokens, &w);
+        let f32_mode = with_activations(Activations::F32, || matmul_packed(&x, tokens, &w));
+        let int8_mode = with_activations(Activations::Int8, || matmul_packed(&x, tokens, &w));
+        assert_ne!(f32_mode, int8, "{tokens} tokens: f32 mode ran int8");
+        if tokens >= INT8_MIN_TOKENS {
+            assert_eq!(int8_mode, int8, "{tokens} tokens: int8 mode did not run int8");
+        } else {
+            assert_eq!(int8_mode, f32_mode, "{tokens} tokens: int8 below its threshold");
+        }
+    }
+}

@@ -24,6 +24,9 @@ pub(super) use super::widen::widen_row_on;
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
 pub const GEMM_MIN_TOKENS: usize = 16;
+/// From this many tokens on, `--cpu-activations int8` runs the int8 kernel (its 16 token lanes
+/// half used at 8; measured against the f32 tile kernel: docs/08-performance.md).
+pub const INT8_MIN_TOKENS: usize = 8;
 /// Rows widened at a time in the GEMM regime: 32 × 1536 f32 is 192 KiB, inside L2.
 const GEMM_PANEL: usize = 32;
 
@@ -37,10 +40,10 @@ pub fn matmul_packed(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     if tokens == 0 || w.rows == 0 {
         return Vec::new();
     }
+    if tokens >= INT8_MIN_TOKENS && activations() == Activations::Int8 {
+        return matmul_int8(active(), x, tokens, w);
+    }
     if tokens >= GEMM_MIN_TOKENS {
-        if activations() == Activations::Int8 {
-            return matmul_int8(active(), x, tokens, w);
-        }
         return matmul_token_lanes(active(), x, tokens, w).unwrap_or_else(|| gemm_panels(x, tokens, w));
     }
     // Work in row panels, enough of them to keep every thread busy.
