@@ -8,28 +8,34 @@
 #   ROUNDS=3 examples/bench_engine_ab.sh /tmp/ab /tmp/bench_engine_main target/release/examples/bench_engine
 #
 # Copy a build's target/release/examples/bench_engine aside first to keep it as A. The models
-# come from KILN_TEST_Q4KM and KILN_TEST_GEMMA3 (as .ci/run exports them).
+# come from KILN_TEST_Q4KM and KILN_TEST_GEMMA3 (as .ci/run exports them). A_ARGS and B_ARGS
+# add flags to one side (the same build twice compares settings), PREFILL sets the prompt:
+#   PREFILL=128 B_ARGS="--cpu-activations int8" examples/bench_engine_ab.sh /tmp/int8 \
+#     target/release/examples/bench_engine target/release/examples/bench_engine
 set -euo pipefail
 if [[ $# -ne 3 ]]; then
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
-out="$1" a="$2" b="$3" rounds="${ROUNDS:-2}"
+out="$1" a="$2" b="$3" rounds="${ROUNDS:-2}" prefill="${PREFILL:-64}"
 : "${KILN_TEST_Q4KM:?set KILN_TEST_Q4KM}" "${KILN_TEST_GEMMA3:?set KILN_TEST_GEMMA3}"
 mkdir -p "$out"
 load() { cut -d' ' -f1 /proc/loadavg; }
 for r in $(seq "$rounds"); do
   for m in Q4KM GEMMA3; do
-    for bin in "$a" "$b"; do
+    for side in A B; do
+      if [[ $side == A ]]; then bin="$a" extra="${A_ARGS:-}"; else bin="$b" extra="${B_ARGS:-}"; fi
       model_var="KILN_TEST_$m"
-      tag="$(basename "$(dirname "$bin")")-$(basename "$bin")"
+      tag="$side-$(basename "$(dirname "$bin")")-$(basename "$bin")"
       name="$out/$m-$tag-r$r"
       before="$(load)"
-      nice -n 5 "$bin" --model "${!model_var}" --long-context 0 --decode-steps 64 --prefill-len 64 \
-        --skip-kernel-rates --profile-passes 2 --output-json "$name.json" >"$name.txt" 2>&1
+      # shellcheck disable=SC2086 # the extra flags split into words on purpose
+      nice -n 5 "$bin" --model "${!model_var}" --long-context 0 --decode-steps 64 --prefill-len "$prefill" \
+        --skip-kernel-rates --profile-passes 2 --output-json "$name.json" $extra >"$name.txt" 2>&1
       rates="$(grep -E '^\| decode \|' "$name.txt" | awk -F'|' '{printf "%s:%s ", $3, $5}')"
+      prefill_rate="$(grep -E '^\| prefill' "$name.txt" | awk -F'|' '{print $5}')"
       head="$(grep 'output head' "$name.txt" | awk -F'|' '{print $3 "ms " $6 "GB/s"}')"
-      echo "$m $tag r$r load $before-$(load): streams:tok/s $rates head $head"
+      echo "$m $tag ${extra:+($extra) }r$r load $before-$(load): prefill $prefill tok/s$prefill_rate streams:tok/s $rates head $head"
     done
   done
 done

@@ -1,9 +1,14 @@
 //! Times `matmul_packed` on synthetic matrices of issue 27's model shapes (Gemma 3's head and
 //! MLP, SmolLM2's) at several token counts: the median over repeats, and GFLOP/s.
 //!
-//!   RAYON_NUM_THREADS=1 target/release/examples/bench_matmul_shapes 1,8,16,32
+//!   RAYON_NUM_THREADS=1 target/release/examples/bench_matmul_shapes 1,8,16,32 [f32|int8] [name filter]
+//!
+//! The second argument picks the activations (`--cpu-activations`; f32 by default), the third
+//! keeps only the shapes whose name contains it. Each line gives the median wall time and
+//! the CPU time a call (all threads; steadier than wall time on a shared machine).
 use std::time::Instant;
 
+use kiln::kernels::dispatch::{Activations, set_activations};
 use kiln::kernels::{GgmlType, PackedMatrix, matmul_packed};
 use kiln::model::gguf::quantize;
 
@@ -13,6 +18,14 @@ fn main() {
         .get(1)
         .map(|s| s.split(',').map(|t| t.parse().unwrap()).collect())
         .unwrap_or(vec![1, 8, 16, 32]);
+    let mode = match args.get(2).map(String::as_str) {
+        None | Some("f32") => Activations::F32,
+        Some("int8") => Activations::Int8,
+        Some(other) => panic!("activations `{other}` are not f32 or int8"),
+    };
+    set_activations(mode);
+    println!("activations: {mode:?}");
+    let filter = args.get(3).cloned().unwrap_or_default();
     let shapes = [
         ("gemma head Q8_0", GgmlType::Q8_0, 262144usize, 640usize),
         ("gemma gate_up Q4_1", GgmlType::Q4_1, 4096, 640),
@@ -20,7 +33,7 @@ fn main() {
         ("smol gate_up Q4_1", GgmlType::Q4_1, 3072, 576),
         ("smol head Q8_0", GgmlType::Q8_0, 49152, 576),
     ];
-    for (name, ty, rows, cols) in shapes {
+    for (name, ty, rows, cols) in shapes.into_iter().filter(|s| s.0.contains(filter.as_str())) {
         let w: Vec<f32> = (0..rows * cols)
             .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 500.0)
             .collect();
@@ -31,18 +44,38 @@ fn main() {
             let x: Vec<f32> = (0..t * cols).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
             let reps = (2e9 / (2.0 * (rows * cols * t) as f64)).clamp(3.0, 200.0) as usize;
             let mut times = Vec::new();
+            let cpu_start = cpu_seconds();
             for _ in 0..reps {
                 let s = Instant::now();
                 std::hint::black_box(matmul_packed(&x, t, &m));
                 times.push(s.elapsed().as_secs_f64());
             }
+            let cpu = (cpu_seconds() - cpu_start) / reps as f64;
             times.sort_by(f64::total_cmp);
             let med = times[times.len() / 2];
             println!(
-                "{name} {rows}x{cols} tokens {t}: {:.3} ms, {:.1} GFLOP/s",
+                "{name} {rows}x{cols} tokens {t}: {:.3} ms, {:.1} GFLOP/s; CPU time {:.3} ms a call, {:.1} GFLOP/s of CPU",
                 med * 1e3,
-                2.0 * (rows * cols * t) as f64 / med / 1e9
+                2.0 * (rows * cols * t) as f64 / med / 1e9,
+                cpu * 1e3,
+                2.0 * (rows * cols * t) as f64 / cpu / 1e9
             );
         }
     }
+}
+
+/// Seconds this process's threads have run on a CPU (the sum of each thread's
+/// `/proc/self/task/*/schedstat`), which a loaded machine's waiting does not inflate.
+fn cpu_seconds() -> f64 {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task").flatten() {
+        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
+            ns += stat
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    ns as f64 / 1e9
 }

@@ -21,7 +21,8 @@
 # bench_serving binary, so a rebuild during a run cannot swap it), LLAMA_THREADS (llama.cpp's
 # -t and -tb, default nproc; several, e.g. "1 2", run each layout at each count, named
 # `per-slot-t1` and so on: on a loaded machine llama.cpp's spinning threads can do better
-# with fewer), SIDE_BY_SIDE_DIR (where results go, e.g. one folder per model).
+# with fewer), SIDE_BY_SIDE_DIR (where results go, e.g. one folder per model), KILN_ARGS (extra
+# `kiln serve` flags, e.g. "--cpu-activations int8"; recorded in kiln.args).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -225,9 +226,11 @@ run_kiln() {
   log "starting kiln on 127.0.0.1:$port"
   # The same KV capacity as llama.cpp (KV_TOKENS tokens) and the same 32 concurrent sequences.
   # Prompt caching off, as llama.cpp's below (the env var, which older builds read too).
+  echo "${KILN_ARGS:-}" >"$OUT_DIR/kiln.args"
+  # shellcheck disable=SC2086 # KILN_ARGS splits into flags on purpose
   KILN_ENABLE_PREFIX_CACHING=false "$KILN_BIN" serve --model "$MODEL" --host 127.0.0.1 --port "$port" \
     --block-size "$KILN_BLOCK_SIZE" --num-gpu-blocks-override "$((KV_TOKENS / KILN_BLOCK_SIZE))" \
-    --max-num-seqs "$SLOTS" >"$log_file" 2>&1 &
+    --max-num-seqs "$SLOTS" ${KILN_ARGS:-} >"$log_file" 2>&1 &
   SERVER_PID=$!
   # /health answers while the model loads; /v1/models lists it once it can serve.
   wait_ready "http://127.0.0.1:$port/v1/models" "\"id\"" "$log_file"

@@ -45,6 +45,9 @@ pub struct Args {
     /// CPU kernels: auto, avx512, avx2 or portable (as `kiln serve --cpu-kernels`).
     #[arg(long, value_enum, default_value = "auto")]
     pub cpu_kernels: kiln::config::CpuKernels,
+    /// Activations in the many-token matmuls: f32 or int8 (as `kiln serve --cpu-activations`).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub cpu_activations: kiln::config::CpuActivations,
     /// Context length of the long-context decode case (its prompt is prefilled first); 0
     /// skips it.
     #[arg(long, default_value_t = 4096)]
@@ -81,6 +84,7 @@ impl Args {
     fn engine_config(&self, c: &mut kiln::config::Config) {
         c.model.dequantize_weights = self.dequantize_weights;
         c.engine.cpu_kernels = self.cpu_kernels;
+        c.engine.cpu_activations = self.cpu_activations;
         c.engine.async_scheduling = !self.sync_scheduling;
         if let Some(ms) = self.max_step_ms {
             c.scheduler.max_step_ms = ms;
@@ -142,6 +146,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("CPU kernels: {}", kernels.name());
     report.insert("cpu".into(), cpu_info::cpu_info());
     report.insert("cpu_kernels".into(), kernels.name().into());
+    kiln::kernels::dispatch::set_activations(args.cpu_activations.mode());
+    let activations = match args.cpu_activations {
+        kiln::config::CpuActivations::F32 => "f32".to_string(),
+        kiln::config::CpuActivations::Int8 => {
+            format!("int8 ({})", kiln::kernels::dispatch::int8_kernel_name(kernels))
+        }
+    };
+    println!("CPU activations: {activations}");
+    report.insert("cpu_activations".into(), activations.into());
     println!("Scheduling: {} (the server's step loop)", args.scheduling());
     report.insert("async_scheduling".into(), (!args.sync_scheduling).into());
 

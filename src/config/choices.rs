@@ -5,6 +5,7 @@
 use serde::{Deserialize, Deserializer};
 
 use crate::kernels::KernelPath;
+use crate::kernels::dispatch::Activations;
 
 /// What preemption does with a request's KV blocks (`engine.preemption_mode`,
 /// `--preemption-mode`).
@@ -46,6 +47,28 @@ impl CpuKernels {
     }
 }
 
+/// The activations' precision in the many-token CPU matmuls (`engine.cpu_activations`,
+/// `--cpu-activations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuActivations {
+    /// f32 throughout: greedy parity with the reference.
+    #[default]
+    F32,
+    /// 8-bit activations per group of 32 (or 16) columns with integer dot products
+    /// (AVX-512 VNNI, else a portable integer kernel), at 16 or more tokens a step.
+    Int8,
+}
+
+impl CpuActivations {
+    pub fn mode(self) -> Activations {
+        match self {
+            CpuActivations::F32 => Activations::F32,
+            CpuActivations::Int8 => Activations::Int8,
+        }
+    }
+}
+
 /// How `auto` tool calls are read from the model's text (`model.tool_call_parser`,
 /// `--tool-call-parser`; vLLM's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -71,6 +94,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activation_modes_parse_by_name_and_refuse_others() {
+        use clap::ValueEnum;
+        assert_eq!(CpuActivations::default().mode(), Activations::F32);
+        assert_eq!(CpuActivations::from_str("int8", false), Ok(CpuActivations::Int8));
+        assert_eq!(
+            CpuActivations::from_str("f32", false).map(CpuActivations::mode),
+            Ok(Activations::F32)
+        );
+        assert!(CpuActivations::from_str("int4", false).is_err());
+        #[derive(Deserialize)]
+        struct File {
+            a: CpuActivations,
+        }
+        let file: File = toml::from_str("a = \"int8\"").expect("int8 parses");
+        assert_eq!(file.a, CpuActivations::Int8);
+        assert!(toml::from_str::<File>("a = \"fp8\"").is_err());
+    }
 
     #[test]
     fn every_forced_kernel_path_is_refused_exactly_when_this_cpu_lacks_it() {

@@ -232,6 +232,10 @@ pub struct ServeArgs {
     /// CPU kernels: auto is the best this CPU runs, detected at start.
     #[arg(long, env = "KILN_CPU_KERNELS", value_enum)]
     pub cpu_kernels: Option<super::CpuKernels>,
+    /// Activations in the many-token CPU matmuls: f32 (default) or int8 (8-bit, integer dot
+    /// products; faster, not bit-parity with the reference).
+    #[arg(long, env = "KILN_CPU_ACTIVATIONS", value_enum)]
+    pub cpu_activations: Option<super::CpuActivations>,
     /// vLLM's KV-cache events, as its JSON, e.g. '{"enable_kv_cache_events": true,
     /// "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv@pod@model"}'.
     #[arg(long, env = "KILN_KV_EVENTS_CONFIG")]
@@ -272,6 +276,7 @@ impl ServeArgs {
         set(&mut c.engine.max_engine_restarts, &self.max_engine_restarts);
         set(&mut c.engine.step_timeout_s, &self.step_timeout);
         set(&mut c.engine.cpu_kernels, &self.cpu_kernels);
+        set(&mut c.engine.cpu_activations, &self.cpu_activations);
         set(&mut c.server.request_head_timeout_s, &self.request_head_timeout);
         set(&mut c.server.request_body_timeout_s, &self.request_body_timeout);
         set(&mut c.server.stream_stall_timeout_s, &self.stream_stall_timeout);

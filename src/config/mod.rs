@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use bytes::parse_bytes;
-pub use choices::{CpuKernels, PreemptionMode, ToolCallParser};
+pub use choices::{CpuActivations, CpuKernels, PreemptionMode, ToolCallParser};
 pub use kv_events::KvEventsConfig;
 pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
@@ -127,6 +127,8 @@ pub struct EngineConfig {
     pub step_timeout_s: f64,
     /// CPU kernel instruction set (the best this CPU runs by default).
     pub cpu_kernels: CpuKernels,
+    /// Activations' precision in the many-token matmuls (f32 by default; int8 opts in).
+    pub cpu_activations: CpuActivations,
 }
 
 /// What one request may ask for, so that no body fans out or costs without bound.
@@ -230,6 +232,7 @@ impl Default for EngineConfig {
             max_engine_restarts: 3,
             step_timeout_s: 300.0,
             cpu_kernels: CpuKernels::Auto,
+            cpu_activations: CpuActivations::F32,
         }
     }
 }

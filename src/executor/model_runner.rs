@@ -1,5 +1,6 @@
 //! The real executor: the burn model, its paged KV cache, and the sampler.
 
+use crate::kernels::dispatch::{Activations, with_activations};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -29,6 +30,9 @@ pub struct ModelRunner {
     grammars: GrammarStates,
     /// Ids that end a choice, masked until a request's `min_tokens` are out.
     end_of_generation: Vec<u32>,
+    /// The activations' precision of this runner's matmuls (`--cpu-activations`); `None`:
+    /// the process's setting.
+    activations: Option<Activations>,
 }
 
 impl ModelRunner {
@@ -43,7 +47,15 @@ impl ModelRunner {
             sampleable_vocab: usize::MAX,
             grammars: GrammarStates::default(),
             end_of_generation: Vec::new(),
+            activations: None,
         }
+    }
+
+    /// Runs this runner's matmuls with `mode`'s activations (tests compare modes in one
+    /// process; the server also sets the process's mode).
+    pub fn computing_activations_in(mut self, mode: Activations) -> Self {
+        self.activations = Some(mode);
+        self
     }
 
     /// Never samples ids at or past `token_id_bound` (the tokenizer's), where the model's
@@ -101,7 +113,10 @@ impl ModelRunner {
         // The whole forward pass runs on one of rayon's workers: its ~150 parallel kernels a
         // step then start and end inside the pool, instead of each parking this thread on a
         // latch and waking it again (two context switches a kernel).
-        let logits = rayon::scope(|_| model.forward(&seqs, cache));
+        let logits = rayon::scope(|_| match self.activations {
+            Some(mode) => with_activations(mode, || model.forward(&seqs, cache)),
+            None => model.forward(&seqs, cache),
+        });
         logits.into_data().into_vec::<f32>().unwrap_or_default()
     }
 }

@@ -1,7 +1,9 @@
 //! Which instruction set the kernels use: the best this CPU has (AVX-512F, then AVX2 + FMA,
 //! then portable code), detected at run time, never assumed from the build machine, and
 //! forcible (`--cpu-kernels`) so tests and benchmarks can compare the paths on one CPU. All
-//! paths keep f32 activations; they differ only in vector width and summation order.
+//! paths keep f32 activations by default and differ only in vector width and summation order;
+//! `--cpu-activations int8` opts the many-token matmuls into 8-bit activations
+//! (`int8_lanes.rs`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -92,6 +94,76 @@ pub fn active() -> KernelPath {
             ACTIVE.store(best.code(), Ordering::Relaxed);
             best
         }
+    }
+}
+
+/// The activations' precision in the many-token matmuls (`--cpu-activations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activations {
+    /// f32 throughout (the default; greedy parity with the reference).
+    F32,
+    /// Quantised to 8 bits per group of columns, multiplied with integer dot products.
+    Int8,
+}
+
+/// 0: f32 (the default), 1: int8.
+static ACTIVATIONS: AtomicU8 = AtomicU8::new(0);
+
+/// The activations' precision from now on (once, at start).
+pub fn set_activations(mode: Activations) {
+    ACTIVATIONS.store(u8::from(mode == Activations::Int8), Ordering::Relaxed);
+}
+
+thread_local! {
+    /// A mode [`with_activations`] sets on this thread, over the process's.
+    static SCOPED: std::cell::Cell<Option<Activations>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with `mode`'s activations on this thread (a runner's own mode), whatever the
+/// process's setting.
+pub fn with_activations<R>(mode: Activations, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Activations>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.set(self.0);
+        }
+    }
+    let _restore = Restore(SCOPED.replace(Some(mode)));
+    f()
+}
+
+/// The activations' precision in use on this thread: [`with_activations`]'s, else the
+/// process's.
+pub fn activations() -> Activations {
+    if let Some(mode) = SCOPED.get() {
+        return mode;
+    }
+    match ACTIVATIONS.load(Ordering::Relaxed) {
+        1 => Activations::Int8,
+        _ => Activations::F32,
+    }
+}
+
+/// Whether this CPU has AVX-512 VNNI (with AVX-512BW), which the int8 kernel's fast path
+/// needs; without it int8 runs the portable integer kernel.
+pub fn int8_vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// The int8 kernel `path` runs: `vnni` on the AVX-512 path of a CPU with VNNI, else
+/// `portable`.
+pub fn int8_kernel_name(path: KernelPath) -> &'static str {
+    if path == KernelPath::Avx512 && int8_vnni_available() {
+        "avx512-vnni"
+    } else {
+        "portable"
     }
 }
 

@@ -1,7 +1,8 @@
 //! `y = x · Wᵀ` with `W` in packed blocks and `x`, `y` in f32, on all cores.
 //!
-//! Activations stay f32 (llama.cpp quantises them to 8 bits; we keep the reference parity
-//! exact up to summation order). Two regimes:
+//! Activations stay f32 by default (llama.cpp quantises them to 8 bits; we keep the reference
+//! parity exact up to summation order; `--cpu-activations int8` opts the many-token regime
+//! into 8-bit activations, `int8_lanes.rs`). Two regimes:
 //! - few tokens (decode): each block is widened in registers once per tile of up to
 //!   [`TOKEN_TILE`] tokens, so the step is bound by reading the packed bytes;
 //! - many tokens (prefill, large batches): panels of rows are widened into an f32 scratch and
@@ -12,7 +13,8 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::dispatch::{KernelPath, active};
+use super::dispatch::{Activations, KernelPath, activations, active};
+use super::int8_lanes::matmul_int8;
 use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
 use super::tiling::ROW_PANEL;
@@ -22,6 +24,9 @@ pub(super) use super::widen::widen_row_on;
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
 pub const GEMM_MIN_TOKENS: usize = 16;
+/// From this many tokens on, `--cpu-activations int8` runs the int8 kernel (its 16 token lanes
+/// half used at 8; measured against the f32 tile kernel: docs/08-performance.md).
+pub const INT8_MIN_TOKENS: usize = 8;
 /// Rows widened at a time in the GEMM regime: 32 × 1536 f32 is 192 KiB, inside L2.
 const GEMM_PANEL: usize = 32;
 
@@ -34,6 +39,9 @@ pub fn matmul_packed(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     assert_eq!(x.len(), tokens * w.cols, "x must be [tokens, {}]", w.cols);
     if tokens == 0 || w.rows == 0 {
         return Vec::new();
+    }
+    if tokens >= INT8_MIN_TOKENS && activations() == Activations::Int8 {
+        return matmul_int8(active(), x, tokens, w);
     }
     if tokens >= GEMM_MIN_TOKENS {
         return matmul_token_lanes(active(), x, tokens, w).unwrap_or_else(|| gemm_panels(x, tokens, w));

@@ -16,6 +16,12 @@ pub mod exp;
 #[cfg(target_arch = "x86_64")]
 mod format_codes;
 mod ggml_type;
+pub mod int8_lanes;
+mod int8_layout;
+#[cfg(test)]
+mod int8_tests;
+#[cfg(target_arch = "x86_64")]
+mod int8_vnni;
 pub mod matmul;
 pub mod packed;
 mod repack;

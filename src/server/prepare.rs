@@ -98,6 +98,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         config.server.served_model_name.clone()
     };
     let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks)
+        .computing_activations_in(config.engine.cpu_activations.mode())
         .sampling_only_below(token_id_bound(&files.tokenizer))
         .ending_generation_on(files.special_tokens.end_of_generation.clone());
     prepare_engine(config, files, served_name, executor)
@@ -107,12 +108,20 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
 fn select_cpu_kernels(config: &Config) -> anyhow::Result<()> {
     let path = config.engine.cpu_kernels.path().map_err(anyhow::Error::msg)?;
     crate::kernels::dispatch::set_active(path);
+    let activations = config.engine.cpu_activations;
+    crate::kernels::dispatch::set_activations(activations.mode());
     let available: Vec<&str> = KernelPath::ALL
         .into_iter()
         .filter(|p| p.available())
         .map(KernelPath::name)
         .collect();
     tracing::info!(path = path.name(), ?available, "CPU kernels");
+    if activations == crate::config::CpuActivations::Int8 {
+        let kernel = crate::kernels::dispatch::int8_kernel_name(path);
+        tracing::info!(kernel, "CPU activations: int8 at 16 or more tokens a step");
+    } else {
+        tracing::info!("CPU activations: f32");
+    }
     Ok(())
 }
 

@@ -94,10 +94,34 @@ fn the_http_worker_count_comes_from_the_flag() {
 }
 
 #[test]
+fn the_log_says_which_activation_mode_and_int8_kernel_run() {
+    let kiln = with_args(&["--kv-cache-memory", "64MiB", "--cpu-activations", "int8"]).start();
+    let logs = kiln.logs();
+    let kernel = if kiln::kernels::dispatch::int8_vnni_available() {
+        "avx512-vnni"
+    } else {
+        "portable"
+    };
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("CPU activations: int8") && l.contains(kernel)),
+        "{logs}"
+    );
+    let kiln = with_args(&["--kv-cache-memory", "64MiB"]).start();
+    let logs = kiln.logs();
+    assert!(logs.contains("CPU activations: f32"), "{logs}");
+}
+
+#[test]
 fn bad_names_in_a_config_file_stop_the_process_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (what, toml, named) in [
         ("CPU kernels", "[engine]\ncpu_kernels = \"sse9\"\n", "cpu_kernels"),
+        (
+            "CPU activations",
+            "[engine]\ncpu_activations = \"int4\"\n",
+            "cpu_activations",
+        ),
         (
             "a tool-call parser",
             "[model]\ntool_call_parser = \"nope\"\n",

@@ -26,6 +26,7 @@ mod gateway_metrics;
 mod gemma3_270m;
 mod grafana_dashboard;
 mod hostile_input;
+mod int8_accuracy;
 mod kv_events;
 mod log_injection;
 mod model_formats;

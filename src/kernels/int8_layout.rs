@@ -1,0 +1,200 @@
+//! The int8 activation mode's operands (`int8_lanes.rs` says how they are multiplied):
+//! activations quantised per token and group of columns, laid out for `vpdpbusd`, and panels
+//! of weight rows unpacked into unsigned bytes with each group's scale and bias.
+
+use std::ops::Range;
+
+use super::packed::{BLOCK, BlockFormat, PackedMatrix};
+
+/// Rows unpacked at a time: one unit of parallel work (48 × 2048 bytes, in L2).
+pub(super) const PANEL_ROWS: usize = 48;
+/// Tokens are padded to a multiple of this (the VNNI kernel's 16 lanes).
+pub(super) const TOKEN_LANES: usize = 16;
+
+/// Activations quantised to 8 bits for a matmul call.
+pub(super) struct QuantizedLanes {
+    /// Columns per group (16 or 32).
+    pub group: usize,
+    pub k: usize,
+    pub tokens: usize,
+    /// `tokens` rounded up to [`TOKEN_LANES`]; the extra tokens are zero.
+    pub padded: usize,
+    /// `q` (signed bytes) as `[k / 4][padded][4]`.
+    pub bytes: Vec<u8>,
+    /// `[k / group][padded]`: each (group, token)'s scale.
+    pub scales: Vec<f32>,
+    /// `[k / group][padded]`: each (group, token)'s `scale · Σ q` (what a min multiplies).
+    pub sums: Vec<f32>,
+}
+
+impl QuantizedLanes {
+    /// `x` (`[tokens, k]`) quantised per token and group of `group` columns, in portable
+    /// code.
+    pub fn quantize(x: &[f32], tokens: usize, k: usize, group: usize) -> QuantizedLanes {
+        let mut out = QuantizedLanes::zeroed(tokens, k, group);
+        assert_eq!(x.len(), tokens * k, "x must be [tokens, {k}]");
+        let padded = out.padded;
+        for (t, row) in x.chunks_exact(k).enumerate() {
+            for (g, values) in row.chunks_exact(group).enumerate() {
+                let amax = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let (scale, inverse) = scale_and_inverse(amax);
+                let mut sum = 0i32;
+                for (j, &v) in values.iter().enumerate() {
+                    // Ties to even, as the vector conversion rounds.
+                    let q = (v * inverse).round_ties_even().clamp(-127.0, 127.0) as i32;
+                    sum += q;
+                    let c = g * group + j;
+                    out.bytes[((c / 4) * padded + t) * 4 + c % 4] = q as i8 as u8;
+                }
+                out.scales[g * padded + t] = scale;
+                out.sums[g * padded + t] = scale * sum as f32;
+            }
+        }
+        out
+    }
+
+    /// Room for `tokens` × `k` activations in groups of `group`, all zero.
+    pub fn zeroed(tokens: usize, k: usize, group: usize) -> QuantizedLanes {
+        assert!(
+            group.is_multiple_of(16) && k.is_multiple_of(group),
+            "{k} columns in groups of {group}"
+        );
+        let padded = tokens.next_multiple_of(TOKEN_LANES);
+        let groups = k / group;
+        QuantizedLanes {
+            group,
+            k,
+            tokens,
+            padded,
+            bytes: vec![0; k * padded],
+            scales: vec![0.0; groups * padded],
+            sums: vec![0.0; groups * padded],
+        }
+    }
+
+    /// The quantised value of token `t`, column `c`.
+    pub fn q(&self, t: usize, c: usize) -> i32 {
+        i32::from(self.bytes[((c / 4) * self.padded + t) * 4 + c % 4] as i8)
+    }
+
+    /// The activations as the kernel sees them, `[tokens, k]` (`q · scale`; for tests).
+    #[cfg(test)]
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.tokens * self.k];
+        for t in 0..self.tokens {
+            for c in 0..self.k {
+                out[t * self.k + c] = self.q(t, c) as f32 * self.scales[(c / self.group) * self.padded + t];
+            }
+        }
+        out
+    }
+}
+
+/// A group's scale (`amax / 127`) and its inverse (0 and 0 for an all-zero group).
+pub(super) fn scale_and_inverse(amax: f32) -> (f32, f32) {
+    if amax > 0.0 {
+        (amax / 127.0, 127.0 / amax)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// Columns per group the int8 kernel uses for `format`: 16 where a block has a scale per
+/// half, else 32.
+pub(super) fn group_of(format: BlockFormat) -> usize {
+    BLOCK / format.scales_per_block()
+}
+
+/// A panel of weight rows unpacked for the int8 kernel: each weight as an unsigned byte `u`
+/// with `w = u · scale + bias` per group; the scales and mins are read from the matrix as
+/// they are ([`WeightGroups`]).
+#[derive(Default)]
+pub(super) struct Int8Panel {
+    /// `[rows][k]`
+    pub values: Vec<u8>,
+}
+
+impl Int8Panel {
+    /// Rows `rows` of `w` unpacked (reusing the buffer).
+    pub fn fill(&mut self, w: &PackedMatrix, rows: Range<usize>) {
+        let k = w.cols;
+        self.values.resize(rows.len() * k, 0);
+        let bpr = w.blocks_per_row();
+        let qb = w.format.quant_bytes();
+        let quants = &w.quants[rows.start * bpr * qb..rows.end * bpr * qb];
+        for (q, dst) in quants.chunks_exact(qb).zip(self.values.chunks_exact_mut(BLOCK)) {
+            unpack_block(w.format, q, dst);
+        }
+    }
+}
+
+/// How a matrix's per-group scale and bias are found: `scale = scales[r · groups + g]`,
+/// `bias = min + offset · scale` with `min = mins[r · blocks + g / groups_per_block]` (0
+/// without mins) and `offset` the format's (what its unsigned bytes carry above the value).
+pub(super) struct WeightGroups<'a> {
+    pub scales: &'a [f32],
+    pub mins: &'a [f32],
+    pub groups_per_block: usize,
+    pub offset: f32,
+}
+
+impl<'a> WeightGroups<'a> {
+    pub fn of(w: &'a PackedMatrix) -> WeightGroups<'a> {
+        let offset = match w.format {
+            BlockFormat::Nibbles => 0.0,
+            BlockFormat::FiveBit => -16.0,
+            BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => -128.0,
+        };
+        WeightGroups {
+            scales: &w.scales,
+            mins: &w.mins,
+            groups_per_block: w.format.scales_per_block(),
+            offset,
+        }
+    }
+
+    /// Group `g` of row `r`'s (scale, bias), `groups` groups a row.
+    #[inline(always)]
+    pub fn get(&self, r: usize, g: usize, groups: usize) -> (f32, f32) {
+        let scale = self.scales[r * groups + g];
+        let min = if self.mins.is_empty() {
+            0.0
+        } else {
+            self.mins[(r * groups + g) / self.groups_per_block]
+        };
+        (scale, self.offset.mul_add(scale, min))
+    }
+}
+
+/// One block's 32 values as unsigned bytes (`w = u · scale + bias`).
+fn unpack_block(format: BlockFormat, q: &[u8], dst: &mut [u8]) {
+    match format {
+        BlockFormat::Nibbles => {
+            for j in 0..BLOCK / 2 {
+                dst[j] = q[j] & 0x0f;
+                dst[j + BLOCK / 2] = q[j] >> 4;
+            }
+        }
+        BlockFormat::FiveBit => {
+            let high = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+            for j in 0..BLOCK {
+                let nibble = (q[4 + j % 16] >> (4 * (j / 16))) & 0x0f;
+                dst[j] = nibble | ((((high >> j) & 1) as u8) << 4);
+            }
+        }
+        BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => {
+            for (d, &v) in dst.iter_mut().zip(q) {
+                *d = v ^ 0x80;
+            }
+        }
+    }
+}
+
+/// The `[tokens, row_stride]` output, shared by panels that write disjoint columns.
+pub(super) struct Output {
+    pub ptr: *mut f32,
+    pub tokens: usize,
+    pub row_stride: usize,
+}
+// SAFETY: panels write disjoint elements, and the buffer outlives the parallel loop.
+unsafe impl Sync for Output {}
