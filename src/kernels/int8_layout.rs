@@ -169,17 +169,13 @@ impl<'a> WeightGroups<'a> {
 /// One block's 32 values as unsigned bytes (`w = u · scale + bias`).
 fn unpack_block(format: BlockFormat, q: &[u8], dst: &mut [u8]) {
     match format {
-        BlockFormat::Nibbles => {
-            for j in 0..BLOCK / 2 {
-                dst[j] = q[j] & 0x0f;
-                dst[j + BLOCK / 2] = q[j] >> 4;
-            }
-        }
+        BlockFormat::Nibbles => unpack_nibbles(q, dst),
         BlockFormat::FiveBit => {
-            let high = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
-            for j in 0..BLOCK {
-                let nibble = (q[4 + j % 16] >> (4 * (j / 16))) & 0x0f;
-                dst[j] = nibble | ((((high >> j) & 1) as u8) << 4);
+            let (high, nibbles) = q.split_at(4);
+            unpack_nibbles(nibbles, dst);
+            for (eight, &bits) in dst.chunks_exact_mut(8).zip(high) {
+                let values = u64::from_le_bytes(eight.try_into().expect("8 bytes"));
+                eight.copy_from_slice(&(values | FIVE_BIT_HIGH[usize::from(bits)]).to_le_bytes());
             }
         }
         BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => {
@@ -189,6 +185,32 @@ fn unpack_block(format: BlockFormat, q: &[u8], dst: &mut [u8]) {
         }
     }
 }
+
+/// 16 bytes of nibbles as 32 values: the low nibbles first, then the high ones.
+fn unpack_nibbles(q: &[u8], dst: &mut [u8]) {
+    for j in 0..BLOCK / 2 {
+        dst[j] = q[j] & 0x0f;
+        dst[j + BLOCK / 2] = q[j] >> 4;
+    }
+}
+
+/// A Q5_0 byte of fifth bits as 8 values' worth of 0x10 (byte `i` has it where bit `i` is
+/// set): eight values take their fifth bit in one OR instead of eight shifts.
+const FIVE_BIT_HIGH: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut bits = 0;
+    while bits < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if (bits >> i) & 1 == 1 {
+                table[bits] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        bits += 1;
+    }
+    table
+};
 
 /// The `[tokens, row_stride]` output, shared by panels that write disjoint columns.
 pub(super) struct Output {

@@ -181,7 +181,7 @@ fn matmul_packed_runs_int8_from_its_token_threshold_only_when_asked() {
     use super::dispatch::{Activations, active, with_activations};
     use super::matmul::{INT8_MIN_TOKENS, matmul_packed};
     let w = pack(GgmlType::Q8_0, ROWS);
-    for tokens in [INT8_MIN_TOKENS - 1, INT8_MIN_TOKENS, 16, 33] {
+    for tokens in [8, INT8_MIN_TOKENS - 1, INT8_MIN_TOKENS, 33] {
         let x = pseudo_random(tokens * COLS, 40 + tokens as u64);
         let int8 = matmul_int8(active(), &x, tokens, &w);
         let f32_mode = with_activations(Activations::F32, || matmul_packed(&x, tokens, &w));

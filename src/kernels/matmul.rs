@@ -24,9 +24,11 @@ pub(super) use super::widen::widen_row_on;
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
 pub const GEMM_MIN_TOKENS: usize = 16;
-/// From this many tokens on, `--cpu-activations int8` runs the int8 kernel (its 16 token lanes
-/// half used at 8; measured against the f32 tile kernel: docs/08-performance.md).
-pub const INT8_MIN_TOKENS: usize = 8;
+/// From this many tokens on, `--cpu-activations int8` runs the int8 kernel. It fills its 16
+/// token lanes from 16 tokens on; at 8 the half-used lanes beat the f32 tile kernel on one
+/// matrix but halved `bench_engine`'s 8-stream decode (each call unpacks its weight panels,
+/// which the tile kernel never does): docs/08-performance.md.
+pub const INT8_MIN_TOKENS: usize = GEMM_MIN_TOKENS;
 /// Rows widened at a time in the GEMM regime: 32 × 1536 f32 is 192 KiB, inside L2.
 const GEMM_PANEL: usize = 32;
 
