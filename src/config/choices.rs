@@ -56,7 +56,7 @@ pub enum CpuActivations {
     #[default]
     F32,
     /// 8-bit activations per group of 32 (or 16) columns with integer dot products
-    /// (AVX-512 VNNI, else a portable integer kernel), at 16 or more tokens a step.
+    /// (AVX-512 VNNI, else a portable integer kernel), at 6 or more tokens a step.
     Int8,
 }
 

@@ -144,13 +144,14 @@ pub fn activations() -> Activations {
     }
 }
 
-/// Whether this CPU has AVX-512 VNNI (with AVX-512BW), which the int8 kernel's fast path
-/// needs; without it int8 runs the portable integer kernel.
+/// Whether this CPU has AVX-512 VNNI (with AVX-512BW and VL), which the int8 kernel's fast
+/// path needs; without it int8 runs the portable integer kernel.
 pub fn int8_vnni_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512vnni")
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -22,7 +22,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::dispatch::{KernelPath, int8_vnni_available};
-use super::int8_layout::{Int8Panel, Output, PANEL_ROWS, QuantizedLanes, WeightGroups, group_of};
+use super::int8_layout::{
+    Int8Panel, Output, PANEL_ROWS, QuantizedLanes, WeightGroups, group_of, group_sums, signed_weights,
+};
 use super::packed::PackedMatrix;
 
 thread_local! {
@@ -39,8 +41,9 @@ thread_local! {
 pub fn matmul_int8(path: KernelPath, x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     assert_eq!(x.len(), tokens * w.cols, "x must be [tokens, {}]", w.cols);
     let vnni = path == KernelPath::Avx512 && int8_vnni_available();
+    let (group, signed) = (group_of(w.format), signed_weights(w.format));
     let lanes = if vnni {
-        let mut lanes = QuantizedLanes::zeroed(tokens, w.cols, group_of(w.format));
+        let mut lanes = QuantizedLanes::zeroed(tokens, w.cols, group, signed);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512F/BW (checked above).
         unsafe {
@@ -48,41 +51,53 @@ pub fn matmul_int8(path: KernelPath, x: &[f32], tokens: usize, w: &PackedMatrix)
         };
         lanes
     } else {
-        QuantizedLanes::quantize(x, tokens, w.cols, group_of(w.format))
+        QuantizedLanes::quantize(x, tokens, w.cols, group, signed)
     };
+    let sums = (vnni && signed).then(|| group_sums(w, group));
     let mut y = vec![0.0f32; tokens * w.rows];
     let out = Output {
         ptr: y.as_mut_ptr(),
         tokens,
         row_stride: w.rows,
     };
+    let k = w.cols;
     (0..w.rows.div_ceil(PANEL_ROWS)).into_par_iter().for_each(|p| {
-        PANEL.with_borrow_mut(|panel| {
-            let rows = p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(w.rows);
-            panel.fill(w, rows.clone());
+        let rows = p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(w.rows);
+        let run = |values: &[u8]| {
             if vnni {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: the CPU has AVX-512F/BW/VNNI (checked above); the panel holds
-                // `rows.len()` rows of `lanes.k`, and this panel alone writes columns `rows`.
+                // SAFETY: the CPU has AVX-512F/BW/VNNI (checked above); `values` holds
+                // `rows.len()` rows of `k`, and this panel alone writes columns `rows`.
                 unsafe {
-                    super::int8_vnni::panel(panel, w, rows, &lanes, &out)
+                    super::int8_vnni::panel(values, sums, w, rows.clone(), &lanes, &out)
                 }
             } else {
-                portable_panel(panel, w, rows, &lanes, &out);
+                portable_panel(values, w, rows.clone(), &lanes, &out);
             }
-        })
+        };
+        if signed {
+            run(&w.quants[rows.start * k..rows.end * k]);
+        } else {
+            PANEL.with_borrow_mut(|panel| {
+                if vnni {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: the CPU has AVX-512F/BW/VL (checked above).
+                    unsafe {
+                        super::int8_vnni::fill(panel, w, rows.clone())
+                    }
+                } else {
+                    panel.fill(w, rows.clone());
+                }
+                run(&panel.values);
+            })
+        }
     });
     y
 }
 
 /// The portable integer kernel: the same sums as the VNNI one, one (row, token) at a time.
-pub(super) fn portable_panel(
-    panel: &Int8Panel,
-    w: &PackedMatrix,
-    rows: Range<usize>,
-    lhs: &QuantizedLanes,
-    out: &Output,
-) {
+/// `values` holds the panel's rows: signed bytes as stored, or unpacked unsigned ones.
+pub(super) fn portable_panel(values: &[u8], w: &PackedMatrix, rows: Range<usize>, lhs: &QuantizedLanes, out: &Output) {
     let (k, group) = (lhs.k, lhs.group);
     assert_eq!(
         (w.cols, group_of(w.format)),
@@ -92,13 +107,15 @@ pub(super) fn portable_panel(
     assert!(rows.end <= out.row_stride && lhs.tokens == out.tokens);
     let groups = k / group;
     let weight_groups = WeightGroups::of(w);
+    let signed = signed_weights(w.format);
+    let weight = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
     for (i, r) in rows.enumerate() {
-        let values = &panel.values[i * k..(i + 1) * k];
+        let values = &values[i * k..(i + 1) * k];
         for t in 0..lhs.tokens {
             let mut y = 0.0f32;
             for g in 0..groups {
                 let isum: i32 = (g * group..(g + 1) * group)
-                    .map(|c| i32::from(values[c]) * lhs.q(t, c))
+                    .map(|c| weight(values[c]) * lhs.q(t, c))
                     .sum();
                 let at = g * lhs.padded + t;
                 let (scale, bias) = weight_groups.get(r, g, groups);

@@ -1,8 +1,11 @@
 //! The int8 activation mode's operands (`int8_lanes.rs` says how they are multiplied):
-//! activations quantised per token and group of columns, laid out for `vpdpbusd`, and panels
-//! of weight rows unpacked into unsigned bytes with each group's scale and bias.
+//! activations quantised per token and group of columns, laid out for `vpdpbusd`; the
+//! weights of the signed-byte formats read as they are stored, and panels of the nibble
+//! formats' rows unpacked into unsigned bytes, each group with a scale and a bias.
 
 use std::ops::Range;
+
+use rayon::prelude::*;
 
 use super::packed::{BLOCK, BlockFormat, PackedMatrix};
 
@@ -19,8 +22,11 @@ pub(super) struct QuantizedLanes {
     pub tokens: usize,
     /// `tokens` rounded up to [`TOKEN_LANES`]; the extra tokens are zero.
     pub padded: usize,
-    /// `q` (signed bytes) as `[k / 4][padded][4]`.
+    /// Each `q` as a signed byte, or plus 128 as an unsigned one (`biased`), laid out as
+    /// `[k / 4][padded][4]`.
     pub bytes: Vec<u8>,
+    /// The bytes hold `q + 128`: `vpdpbusd`'s unsigned operand, against signed weights.
+    pub biased: bool,
     /// `[k / group][padded]`: each (group, token)'s scale.
     pub scales: Vec<f32>,
     /// `[k / group][padded]`: each (group, token)'s `scale · Σ q` (what a min multiplies).
@@ -30,8 +36,9 @@ pub(super) struct QuantizedLanes {
 impl QuantizedLanes {
     /// `x` (`[tokens, k]`) quantised per token and group of `group` columns, in portable
     /// code.
-    pub fn quantize(x: &[f32], tokens: usize, k: usize, group: usize) -> QuantizedLanes {
-        let mut out = QuantizedLanes::zeroed(tokens, k, group);
+    pub fn quantize(x: &[f32], tokens: usize, k: usize, group: usize, biased: bool) -> QuantizedLanes {
+        let mut out = QuantizedLanes::zeroed(tokens, k, group, biased);
+        let flip = out.flip();
         assert_eq!(x.len(), tokens * k, "x must be [tokens, {k}]");
         let padded = out.padded;
         for (t, row) in x.chunks_exact(k).enumerate() {
@@ -44,7 +51,7 @@ impl QuantizedLanes {
                     let q = (v * inverse).round_ties_even().clamp(-127.0, 127.0) as i32;
                     sum += q;
                     let c = g * group + j;
-                    out.bytes[((c / 4) * padded + t) * 4 + c % 4] = q as i8 as u8;
+                    out.bytes[((c / 4) * padded + t) * 4 + c % 4] = q as i8 as u8 ^ flip;
                 }
                 out.scales[g * padded + t] = scale;
                 out.sums[g * padded + t] = scale * sum as f32;
@@ -54,7 +61,7 @@ impl QuantizedLanes {
     }
 
     /// Room for `tokens` × `k` activations in groups of `group`, all zero.
-    pub fn zeroed(tokens: usize, k: usize, group: usize) -> QuantizedLanes {
+    pub fn zeroed(tokens: usize, k: usize, group: usize, biased: bool) -> QuantizedLanes {
         assert!(
             group.is_multiple_of(16) && k.is_multiple_of(group),
             "{k} columns in groups of {group}"
@@ -66,7 +73,8 @@ impl QuantizedLanes {
             k,
             tokens,
             padded,
-            bytes: vec![0; k * padded],
+            bytes: vec![if biased { 0x80 } else { 0 }; k * padded],
+            biased,
             scales: vec![0.0; groups * padded],
             sums: vec![0.0; groups * padded],
         }
@@ -74,7 +82,13 @@ impl QuantizedLanes {
 
     /// The quantised value of token `t`, column `c`.
     pub fn q(&self, t: usize, c: usize) -> i32 {
-        i32::from(self.bytes[((c / 4) * self.padded + t) * 4 + c % 4] as i8)
+        i32::from((self.bytes[((c / 4) * self.padded + t) * 4 + c % 4] ^ self.flip()) as i8)
+    }
+
+    /// What turns a stored byte into `q` as a signed byte, and back: `q + 128` is `q` with
+    /// its top bit flipped.
+    pub fn flip(&self) -> u8 {
+        if self.biased { 0x80 } else { 0 }
     }
 
     /// The activations as the kernel sees them, `[tokens, k]` (`q · scale`; for tests).
@@ -105,9 +119,33 @@ pub(super) fn group_of(format: BlockFormat) -> usize {
     BLOCK / format.scales_per_block()
 }
 
+/// Whether the int8 kernel reads `format`'s values as they are stored (32 signed bytes a
+/// block: the signed operand of `vpdpbusd`, against activations biased to unsigned bytes),
+/// rather than unpacking them into an [`Int8Panel`] of unsigned bytes (the nibble formats).
+pub(super) fn signed_weights(format: BlockFormat) -> bool {
+    match format {
+        BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => true,
+        BlockFormat::Nibbles | BlockFormat::FiveBit => false,
+    }
+}
+
+/// A signed-byte matrix's sum of values for each (row, group of `group` columns), row-major:
+/// what the bias of 128 on the activations adds to an integer sum (`128 · Σ q_w`), to take
+/// away again. Built on the matrix's first int8 call (one pass over its bytes; 2 bytes a
+/// group, 1/16 of the values' size at groups of 32) and kept with it.
+pub(super) fn group_sums(w: &PackedMatrix, group: usize) -> &[i16] {
+    assert!(signed_weights(w.format) && w.quants.len() == w.rows * w.cols);
+    w.int8_cache.0.get_or_init(|| {
+        w.quants
+            .par_chunks(group)
+            .map(|values| values.iter().map(|&v| i16::from(v as i8)).sum())
+            .collect()
+    })
+}
+
 /// A panel of weight rows unpacked for the int8 kernel: each weight as an unsigned byte `u`
 /// with `w = u · scale + bias` per group; the scales and mins are read from the matrix as
-/// they are ([`WeightGroups`]).
+/// they are ([`WeightGroups`]). For the nibble formats only ([`signed_weights`]).
 #[derive(Default)]
 pub(super) struct Int8Panel {
     /// `[rows][k]`
@@ -117,6 +155,7 @@ pub(super) struct Int8Panel {
 impl Int8Panel {
     /// Rows `rows` of `w` unpacked (reusing the buffer).
     pub fn fill(&mut self, w: &PackedMatrix, rows: Range<usize>) {
+        assert!(!signed_weights(w.format), "{:?} is read as it is stored", w.format);
         let k = w.cols;
         self.values.resize(rows.len() * k, 0);
         let bpr = w.blocks_per_row();
@@ -130,7 +169,8 @@ impl Int8Panel {
 
 /// How a matrix's per-group scale and bias are found: `scale = scales[r · groups + g]`,
 /// `bias = min + offset · scale` with `min = mins[r · blocks + g / groups_per_block]` (0
-/// without mins) and `offset` the format's (what its unsigned bytes carry above the value).
+/// without mins) and `offset` the format's (what its unpacked unsigned bytes carry above
+/// the value; 0 for the signed-byte formats, which the kernel reads as they are).
 pub(super) struct WeightGroups<'a> {
     pub scales: &'a [f32],
     pub mins: &'a [f32],
@@ -143,7 +183,7 @@ impl<'a> WeightGroups<'a> {
         let offset = match w.format {
             BlockFormat::Nibbles => 0.0,
             BlockFormat::FiveBit => -16.0,
-            BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => -128.0,
+            BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => 0.0,
         };
         WeightGroups {
             scales: &w.scales,
@@ -166,7 +206,7 @@ impl<'a> WeightGroups<'a> {
     }
 }
 
-/// One block's 32 values as unsigned bytes (`w = u · scale + bias`).
+/// One nibble-format block's 32 values as unsigned bytes (`w = u · scale + bias`).
 fn unpack_block(format: BlockFormat, q: &[u8], dst: &mut [u8]) {
     match format {
         BlockFormat::Nibbles => unpack_nibbles(q, dst),
@@ -179,9 +219,7 @@ fn unpack_block(format: BlockFormat, q: &[u8], dst: &mut [u8]) {
             }
         }
         BlockFormat::Bytes | BlockFormat::HalfScaledBytes | BlockFormat::OffsetBytes => {
-            for (d, &v) in dst.iter_mut().zip(q) {
-                *d = v ^ 0x80;
-            }
+            unreachable!("signed-byte blocks are not unpacked")
         }
     }
 }

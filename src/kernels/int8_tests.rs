@@ -3,7 +3,7 @@
 use super::GgmlType;
 use super::dispatch::{KernelPath, int8_vnni_available};
 use super::int8_lanes::matmul_int8;
-use super::int8_layout::{QuantizedLanes, group_of};
+use super::int8_layout::{Int8Panel, QuantizedLanes, group_of, signed_weights};
 use super::packed::PackedMatrix;
 use super::test_blocks::{pseudo_random, small_scale_blocks};
 
@@ -62,7 +62,8 @@ fn every_format_on_every_int8_path_matches_the_dequantised_int8_product() {
         let dense = w.dequantize();
         for tokens in TOKENS {
             let x = pseudo_random(tokens * COLS, 500 + tokens as u64);
-            let xq = QuantizedLanes::quantize(&x, tokens, COLS, group_of(w.format)).dequantize();
+            let xq =
+                QuantizedLanes::quantize(&x, tokens, COLS, group_of(w.format), signed_weights(w.format)).dequantize();
             let portable = matmul_int8(KernelPath::Portable, &x, tokens, &w);
             for &path in &paths {
                 let got = matmul_int8(path, &x, tokens, &w);
@@ -134,7 +135,7 @@ fn quantising_keeps_each_groups_largest_value_and_zero_groups() {
     let mut x = pseudo_random(2 * 64, 7);
     x[..32].fill(0.0); // token 0's first group
     x[64 + 40] = -3.0; // token 1's second group's largest magnitude
-    let q = QuantizedLanes::quantize(&x, 2, 64, 32);
+    let q = QuantizedLanes::quantize(&x, 2, 64, 32, false);
     assert_eq!((q.padded, q.scales[0], q.sums[0]), (16, 0.0, 0.0));
     assert!((0..32).all(|c| q.q(0, c) == 0));
     assert_eq!(q.q(1, 40), -127);
@@ -144,9 +145,14 @@ fn quantising_keeps_each_groups_largest_value_and_zero_groups() {
         let step = q.scales[(i % 64 / 32) * q.padded + i / 64];
         assert!((v - b).abs() <= step / 2.0 * 1.0001, "element {i}: {v} vs {b}");
     }
-    // Padding tokens are zero (q = 0 stored as 128, scale 0).
+    // Padding tokens are zero (q = 0, scale 0).
     assert_eq!(q.q(5, 3), 0);
     assert_eq!(q.scales[5], 0.0);
+    // Biased, the same values are stored plus 128 (zero as 0x80, padding included).
+    let biased = QuantizedLanes::quantize(&x, 2, 64, 32, true);
+    assert!(biased.bytes.iter().zip(&q.bytes).all(|(b, u)| *b == u ^ 0x80));
+    assert_eq!((biased.q(1, 40), biased.q(5, 3), biased.bytes[5 * 4]), (-127, 0, 0x80));
+    assert_eq!((&biased.scales, &biased.sums), (&q.scales, &q.sums));
 }
 
 /// The AVX-512 quantiser gives the portable one's bytes, scales and sums exactly (ties
@@ -157,20 +163,46 @@ fn the_vector_quantiser_equals_the_portable_one() {
         println!("no AVX-512 VNNI: only the portable quantiser runs here");
         return;
     }
-    for (group, tokens) in [(32, 1), (32, 33), (16, 17)] {
+    for (group, tokens, biased) in [
+        (32, 1, false),
+        (32, 33, false),
+        (16, 17, false),
+        (32, 33, true),
+        (16, 17, true),
+    ] {
         let mut x = pseudo_random(tokens * COLS, 77 + tokens as u64);
         // A group whose values fall on ties: amax 127, so each q is the value itself.
         for (j, v) in x[..group].iter_mut().enumerate() {
             *v = j as f32 - 0.5 * (j % 2) as f32 - 10.0;
         }
         x[0] = 127.0;
-        let want = QuantizedLanes::quantize(&x, tokens, COLS, group);
-        let mut got = QuantizedLanes::zeroed(tokens, COLS, group);
+        let want = QuantizedLanes::quantize(&x, tokens, COLS, group, biased);
+        let mut got = QuantizedLanes::zeroed(tokens, COLS, group, biased);
         // SAFETY: the CPU has AVX-512 VNNI (checked above), which implies F and BW here.
         unsafe { super::int8_vnni::quantize_into(&x, &mut got) };
-        assert_eq!(got.bytes, want.bytes, "group {group}, {tokens} tokens");
-        assert_eq!(got.scales, want.scales, "group {group}, {tokens} tokens");
-        assert_eq!(got.sums, want.sums, "group {group}, {tokens} tokens");
+        assert_eq!(got.bytes, want.bytes, "group {group}, {tokens} tokens, biased {biased}");
+        assert_eq!(
+            got.scales, want.scales,
+            "group {group}, {tokens} tokens, biased {biased}"
+        );
+        assert_eq!(got.sums, want.sums, "group {group}, {tokens} tokens, biased {biased}");
+    }
+}
+
+/// The AVX-512 panel unpacking gives the portable one's bytes, for every nibble format and
+/// a panel that starts and ends inside the matrix.
+#[test]
+fn the_vector_panel_unpacking_equals_the_portable_one() {
+    if !int8_vnni_available() {
+        println!("no AVX-512 VNNI: only the portable unpacking runs here");
+        return;
+    }
+    for (name, w) in matrices().into_iter().filter(|(_, w)| !signed_weights(w.format)) {
+        let (mut want, mut got) = (Int8Panel::default(), Int8Panel::default());
+        want.fill(&w, 5..53);
+        // SAFETY: the CPU has AVX-512 VNNI (checked above), which comes with F, BW and VL.
+        unsafe { super::int8_vnni::fill(&mut got, &w, 5..53) };
+        assert_eq!(got.values, want.values, "{name}");
     }
 }
 
@@ -181,7 +213,7 @@ fn matmul_packed_runs_int8_from_its_token_threshold_only_when_asked() {
     use super::dispatch::{Activations, active, with_activations};
     use super::matmul::{INT8_MIN_TOKENS, matmul_packed};
     let w = pack(GgmlType::Q8_0, ROWS);
-    for tokens in [8, INT8_MIN_TOKENS - 1, INT8_MIN_TOKENS, 33] {
+    for tokens in [2, INT8_MIN_TOKENS - 1, INT8_MIN_TOKENS, 8, 33] {
         let x = pseudo_random(tokens * COLS, 40 + tokens as u64);
         let int8 = matmul_int8(active(), &x, tokens, &w);
         let f32_mode = with_activations(Activations::F32, || matmul_packed(&x, tokens, &w));

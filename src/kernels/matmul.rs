@@ -24,11 +24,12 @@ pub(super) use super::widen::widen_row_on;
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).
 pub const GEMM_MIN_TOKENS: usize = 16;
-/// From this many tokens on, `--cpu-activations int8` runs the int8 kernel. It fills its 16
-/// token lanes from 16 tokens on; at 8 the half-used lanes beat the f32 tile kernel on one
-/// matrix but halved `bench_engine`'s 8-stream decode (each call unpacks its weight panels,
-/// which the tile kernel never does): docs/08-performance.md.
-pub const INT8_MIN_TOKENS: usize = GEMM_MIN_TOKENS;
+/// From this many tokens on, `--cpu-activations int8` runs the int8 kernel. Its cost barely
+/// moves between 2 and 16 tokens (one pass over the weights fills 16 token lanes), while the
+/// f32 tile kernel's grows with each token: on Gemma 3's shapes one matrix is level at 4
+/// tokens and twice as fast at 8 (`bench_matmul_shapes`), and `bench_engine`'s Gemma 3 decode
+/// was 8-22 % slower at 4 streams and 16-20 % faster at 6 (docs/08).
+pub const INT8_MIN_TOKENS: usize = 6;
 /// Rows widened at a time in the GEMM regime: 32 × 1536 f32 is 192 KiB, inside L2.
 const GEMM_PANEL: usize = 32;
 

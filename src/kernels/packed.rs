@@ -4,6 +4,8 @@
 //! weight: Q4_1 is 5 bits against f32's 32. Scales are widened to f32 once at load and stored
 //! apart from the quantised values so the kernels load them without conversion.
 
+use std::sync::OnceLock;
+
 use half::f16;
 
 use super::GgmlType;
@@ -72,6 +74,36 @@ pub struct PackedMatrix {
     pub mins: Vec<f32>,
     /// `[rows, cols / 32, quant_bytes]`
     pub quants: Vec<u8>,
+    /// What the int8 activation mode derives from the values on its first call
+    /// (`int8_layout.rs`); empty until then, and never in the f32 mode.
+    pub int8_cache: Int8Cache,
+}
+
+/// Derived data the int8 kernel builds once per matrix: each (row, group)'s sum of signed
+/// byte values. It is a cache: a clone starts empty, and it takes no part in equality.
+#[derive(Default)]
+pub struct Int8Cache(pub(super) OnceLock<Vec<i16>>);
+
+impl Clone for Int8Cache {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Int8Cache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Int8Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Int8Cache(built)"
+        } else {
+            "Int8Cache(empty)"
+        })
+    }
 }
 
 impl PackedMatrix {
@@ -110,6 +142,7 @@ impl PackedMatrix {
             scales: Vec::with_capacity(blocks * format.scales_per_block()),
             mins: Vec::with_capacity(if format.has_mins() { blocks } else { 0 }),
             quants: Vec::with_capacity(blocks * format.quant_bytes()),
+            int8_cache: Int8Cache::default(),
         };
         let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
         for block in data.chunks_exact(block_bytes) {
@@ -299,6 +332,7 @@ impl PackedMatrix {
             scales: Vec::new(),
             mins: Vec::new(),
             quants: Vec::new(),
+            int8_cache: Int8Cache::default(),
         }
     }
 }

@@ -11,7 +11,7 @@ use super::config::{Activation, ModelConfig};
 use super::decoder::{LayerOps, NormWeight};
 use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
-use crate::kernels::activation::swiglu;
+use crate::kernels::activation::{gelu_tanh_gated, swiglu};
 use crate::kv_cache::backend_ops::KvCacheOps;
 
 /// Host-row arithmetic for one step: `positions` holds each row's position in its sequence.
@@ -100,26 +100,6 @@ impl<B: KvCacheOps> LayerOps<B> for HostOps<'_, B> {
     }
 }
 
-/// `gelu_tanh(gate) * up` for every row of `gate_up` (`[tokens, 2 * ffn]`, gate first).
-///
-/// # Shapes
-/// - gate_up: `[tokens, 2 * ffn]`
-/// - output: `[tokens, ffn]`
-pub fn gelu_tanh_gated(gate_up: &[f32], ffn: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(gate_up.len() / 2);
-    for row in gate_up.chunks_exact(2 * ffn) {
-        let (gate, up) = row.split_at(ffn);
-        out.extend(gate.iter().zip(up).map(|(&g, &u)| gelu_tanh(g) * u));
-    }
-    out
-}
-
-/// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
-pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
-}
-
 /// The fused projection's rows split into Q, K and V.
 ///
 /// # Shapes
@@ -195,14 +175,5 @@ mod tests {
         assert_eq!(q, [0.0, 1.0, 2.0, 3.0, 8.0, 9.0, 10.0, 11.0]);
         assert_eq!(k, [4.0, 5.0, 12.0, 13.0]);
         assert_eq!(v, [6.0, 7.0, 14.0, 15.0]);
-    }
-
-    #[test]
-    fn gelu_tanh_matches_known_values() {
-        // torch.nn.functional.gelu(x, approximate="tanh") at -1, 0.5 and 2, to 1e-6.
-        for (x, expected) in [(-1.0, -0.158_808), (0.5, 0.345_714), (2.0, 1.954_598)] {
-            assert!((gelu_tanh(x) - expected).abs() < 1e-6, "{x}: {}", gelu_tanh(x));
-        }
-        assert_eq!(gelu_tanh_gated(&[2.0, 3.0], 1), vec![gelu_tanh(2.0) * 3.0]);
     }
 }

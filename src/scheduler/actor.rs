@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, WrapFuture};
+use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle, WrapFuture};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::ahead_timer::{AheadTimer, Rearm};
 use super::policy::{Scheduler, StepResult};
 use super::step_loop::{StepFailure, StepLoop};
 use crate::engine::events::{EngineError, TokenEvent};
@@ -31,8 +32,8 @@ pub struct SchedulerActor {
     closed: bool,
     /// The KV-event publisher's queue (`--kv-events-config`).
     kv_events: Option<KvEventSender>,
-    /// A timer will call `step` when the step ahead is due (`StepLoop::ahead_delay`).
-    ahead_timer: bool,
+    /// The timer that calls `step` when the step ahead is due (`StepLoop::ahead_delay`).
+    ahead_timer: AheadTimer<SpawnHandle>,
 }
 
 impl SchedulerActor {
@@ -45,7 +46,7 @@ impl SchedulerActor {
             steps: StepLoop::default(),
             closed: false,
             kv_events: None,
-            ahead_timer: false,
+            ahead_timer: AheadTimer::default(),
         }
     }
 
@@ -67,14 +68,17 @@ impl SchedulerActor {
         for batch in self.steps.step(&mut self.scheduler, now) {
             self.send(batch, ctx);
         }
-        if !self.ahead_timer
-            && let Some(delay) = self.steps.ahead_delay(now)
+        if let Some(delay) = self.steps.ahead_delay(now)
+            && let Rearm::Arm { cancel } = self.ahead_timer.due(now + delay)
         {
-            self.ahead_timer = true;
-            ctx.run_later(delay, |act, ctx| {
-                act.ahead_timer = false;
+            if let Some(stale) = cancel {
+                ctx.cancel_future(stale);
+            }
+            let handle = ctx.run_later(delay, |act, ctx| {
+                act.ahead_timer.fired();
                 act.step(ctx);
             });
+            self.ahead_timer.armed(handle, now + delay);
         }
     }
 

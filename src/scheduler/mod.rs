@@ -1,6 +1,7 @@
 //! The scheduler: a pure policy (`Scheduler`) and its actor shell (`SchedulerActor`).
 
 pub mod actor;
+mod ahead_timer;
 mod in_flight;
 pub mod policy;
 pub mod request;

@@ -118,7 +118,7 @@ fn select_cpu_kernels(config: &Config) -> anyhow::Result<()> {
     tracing::info!(path = path.name(), ?available, "CPU kernels");
     if activations == crate::config::CpuActivations::Int8 {
         let kernel = crate::kernels::dispatch::int8_kernel_name(path);
-        tracing::info!(kernel, "CPU activations: int8 at 16 or more tokens a step");
+        tracing::info!(kernel, "CPU activations: int8 at 6 or more tokens a step");
     } else {
         tracing::info!("CPU activations: f32");
     }

@@ -1,7 +1,7 @@
 //! The opt-in int8 activation mode (`--cpu-activations int8`) against the default f32 mode on
 //! the three real files (the default model, its Q4_K_M re-quantisation, Gemma 3 270M), over
 //! their reference prompts: how far the first step's logits move and how many greedy tokens
-//! agree before the first divergence. int8 runs only at 16 or more tokens a step, so the
+//! agree before the first divergence. int8 runs only at 6 or more tokens a step, so the
 //! prompts are prefilled together and each case runs in three copies (18 decoding streams).
 //! The figures are printed (docs/08-performance.md quotes them); the bounds below are stated
 //! from them. Needs the files: `.ci/run` sets `KILN_TEST_MODEL`, `KILN_TEST_Q4KM`,
