@@ -158,14 +158,16 @@ pub fn int8_vnni_available() -> bool {
     false
 }
 
+/// Whether the int8 kernel on `path` is the VNNI one: the AVX-512 path of a CPU with VNNI.
+/// Anywhere else it is the portable integer kernel, the reference.
+pub fn int8_vnni_on(path: KernelPath) -> bool {
+    path == KernelPath::Avx512 && int8_vnni_available()
+}
+
 /// The int8 kernel `path` runs: `vnni` on the AVX-512 path of a CPU with VNNI, else
 /// `portable`.
 pub fn int8_kernel_name(path: KernelPath) -> &'static str {
-    if path == KernelPath::Avx512 && int8_vnni_available() {
-        "avx512-vnni"
-    } else {
-        "portable"
-    }
+    if int8_vnni_on(path) { "avx512-vnni" } else { "portable" }
 }
 
 #[cfg(test)]

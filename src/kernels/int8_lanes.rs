@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::dispatch::{KernelPath, int8_vnni_available};
+use super::dispatch::{KernelPath, int8_vnni_on};
 use super::int8_layout::{
     Int8Panel, Output, PANEL_ROWS, QuantizedLanes, WeightGroups, group_of, group_sums, signed_weights,
 };
@@ -40,7 +40,7 @@ thread_local! {
 /// - output: `[tokens, w.rows]`
 pub fn matmul_int8(path: KernelPath, x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     assert_eq!(x.len(), tokens * w.cols, "x must be [tokens, {}]", w.cols);
-    let vnni = path == KernelPath::Avx512 && int8_vnni_available();
+    let vnni = int8_vnni_on(path);
     let (group, signed) = (group_of(w.format), signed_weights(w.format));
     let lanes = if vnni {
         let mut lanes = QuantizedLanes::zeroed(tokens, w.cols, group, signed);

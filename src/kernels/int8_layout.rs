@@ -73,7 +73,7 @@ impl QuantizedLanes {
             k,
             tokens,
             padded,
-            bytes: vec![if biased { 0x80 } else { 0 }; k * padded],
+            bytes: vec![flip_of(biased); k * padded],
             biased,
             scales: vec![0.0; groups * padded],
             sums: vec![0.0; groups * padded],
@@ -88,7 +88,7 @@ impl QuantizedLanes {
     /// What turns a stored byte into `q` as a signed byte, and back: `q + 128` is `q` with
     /// its top bit flipped.
     pub fn flip(&self) -> u8 {
-        if self.biased { 0x80 } else { 0 }
+        flip_of(self.biased)
     }
 
     /// The activations as the kernel sees them, `[tokens, k]` (`q · scale`; for tests).
@@ -102,6 +102,11 @@ impl QuantizedLanes {
         }
         out
     }
+}
+
+/// The top bit for biased bytes (`q + 128`), none for signed ones.
+fn flip_of(biased: bool) -> u8 {
+    if biased { 0x80 } else { 0 }
 }
 
 /// A group's scale (`amax / 127`) and its inverse (0 and 0 for an all-zero group).
@@ -155,15 +160,25 @@ pub(super) struct Int8Panel {
 impl Int8Panel {
     /// Rows `rows` of `w` unpacked (reusing the buffer).
     pub fn fill(&mut self, w: &PackedMatrix, rows: Range<usize>) {
-        assert!(!signed_weights(w.format), "{:?} is read as it is stored", w.format);
-        let k = w.cols;
-        self.values.resize(rows.len() * k, 0);
-        let bpr = w.blocks_per_row();
-        let qb = w.format.quant_bytes();
-        let quants = &w.quants[rows.start * bpr * qb..rows.end * bpr * qb];
-        for (q, dst) in quants.chunks_exact(qb).zip(self.values.chunks_exact_mut(BLOCK)) {
+        for (q, dst) in self.blocks(w, rows) {
             unpack_block(w.format, q, dst);
         }
+    }
+
+    /// Room for rows `rows` of a nibble-format `w`: each block's packed bytes with the 32
+    /// bytes it unpacks into (the portable and the vector unpacking share this).
+    pub fn blocks<'a>(
+        &'a mut self,
+        w: &'a PackedMatrix,
+        rows: Range<usize>,
+    ) -> impl Iterator<Item = (&'a [u8], &'a mut [u8])> {
+        assert!(!signed_weights(w.format), "{:?} is read as it is stored", w.format);
+        self.values.resize(rows.len() * w.cols, 0);
+        let qb = w.format.quant_bytes();
+        let per_row = w.blocks_per_row() * qb;
+        w.quants[rows.start * per_row..rows.end * per_row]
+            .chunks_exact(qb)
+            .zip(self.values.chunks_exact_mut(BLOCK))
     }
 }
 

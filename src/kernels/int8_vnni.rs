@@ -175,12 +175,15 @@ unsafe fn tile<const R: usize, const V: usize, const G: usize, const S: bool>(
         let mut xp = lhs.bytes.as_ptr().add(4 * at.t0);
         let mut wp = at.values;
         for g in 0..groups {
-            // The next tile's rows (the `R · k` bytes after these), a share each group: the
-            // weights stream from memory, and the hardware prefetcher alone left the kernel
-            // waiting on them (Gemma 3's head: 168 MB a step). A hint, so no bounds needed.
-            let ahead = at.values.wrapping_add(R * k + g * R * G);
-            for line in (0..R * G).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            // Signed weights are read from the matrix: the next tile's rows (the `R · k`
+            // bytes after these) are prefetched, a share each group, since the hardware
+            // prefetcher alone left the kernel waiting on them (Gemma 3's head: 168 MB a
+            // step). An unpacked panel is in cache already. A hint, so no bounds needed.
+            if S {
+                let ahead = at.values.wrapping_add(R * k + g * R * G);
+                for line in (0..R * G).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+                }
             }
             let mut isum = [[_mm512_setzero_si512(); V]; R];
             // A loop, not unrolled: unrolled, LLVM hoists all its loads and spills the sums.
@@ -303,15 +306,10 @@ pub(super) unsafe fn quantize_into(x: &[f32], out: &mut QuantizedLanes) {
 /// The CPU has AVX-512F, BW and VL.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn fill(panel: &mut Int8Panel, w: &PackedMatrix, rows: Range<usize>) {
-    assert!(!signed_weights(w.format), "{:?} is read as it is stored", w.format);
-    let k = w.cols;
-    panel.values.resize(rows.len() * k, 0);
     let qb = w.format.quant_bytes();
-    let bpr = w.blocks_per_row();
-    let quants = &w.quants[rows.start * bpr * qb..rows.end * bpr * qb];
     let (nibble, fifth) = (_mm_set1_epi8(0x0f), _mm256_set1_epi8(0x10));
     let five_bit = w.format == BlockFormat::FiveBit;
-    for (q, dst) in quants.chunks_exact(qb).zip(panel.values.chunks_exact_mut(BLOCK)) {
+    for (q, dst) in panel.blocks(w, rows) {
         // SAFETY: `q` holds a block (16 bytes of nibbles after Q5_0's 4 of high bits) and
         // `dst` 32 bytes.
         unsafe {

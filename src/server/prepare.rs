@@ -15,7 +15,8 @@ use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
 use crate::grammar::{GrammarCompiler, GrammarLimits, VocabularySpec, token_env};
 use crate::kernels::KernelPath;
-use crate::kernels::dispatch::{Activations, int8_kernel_name};
+use crate::kernels::dispatch::{Activations, int8_kernel_name, int8_vnni_on};
+use crate::kernels::matmul::INT8_MIN_TOKENS;
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::{ChatTemplate, RenderLimits};
@@ -131,7 +132,7 @@ fn cpu_activations(requested: CpuActivations, path: KernelPath) -> Activations {
             tracing::info!("CPU activations: f32");
             Activations::F32
         }
-        CpuActivations::Int8 if int8_kernel_name(path) == "portable" => {
+        CpuActivations::Int8 if !int8_vnni_on(path) => {
             tracing::warn!(
                 kernels = path.name(),
                 "--cpu-activations int8 needs AVX-512 VNNI on the avx512 kernels; running f32 activations"
@@ -141,7 +142,8 @@ fn cpu_activations(requested: CpuActivations, path: KernelPath) -> Activations {
         CpuActivations::Int8 => {
             tracing::info!(
                 kernel = int8_kernel_name(path),
-                "CPU activations: int8 at 6 or more tokens a step"
+                min_tokens_a_step = INT8_MIN_TOKENS,
+                "CPU activations: int8"
             );
             Activations::Int8
         }
