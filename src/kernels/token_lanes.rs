@@ -67,14 +67,30 @@ thread_local! {
     static PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `x` (`[tokens, k]`) as `[k, padded]`, the tokens past `tokens` zero.
+/// Columns of `x` one transpose task moves: its reads are one cache line of each token's row,
+/// its writes as many sequential streams, all in L1.
+const TRANSPOSE_COLS: usize = 16;
+/// Elements below which a transpose task is not worth a thread.
+const TRANSPOSE_MIN_TASK: usize = 1 << 15;
+
+/// `x` (`[tokens, k]`) as `[k, padded]`, the tokens past `tokens` zero. In blocks of
+/// [`TRANSPOSE_COLS`] columns, in parallel: an element-by-element transpose wrote every value
+/// to another cache line, on one thread, and took 13 % of a 512-token prefill.
 fn transposed(x: &[f32], tokens: usize, k: usize, padded: usize) -> Vec<f32> {
     let mut xt = vec![0.0f32; k * padded];
-    for (t, row) in x.chunks_exact(k).enumerate().take(tokens) {
-        for (c, &v) in row.iter().enumerate() {
-            xt[c * padded + t] = v;
-        }
-    }
+    let block = TRANSPOSE_COLS * padded;
+    let min_blocks = TRANSPOSE_MIN_TASK.div_ceil(TRANSPOSE_COLS * tokens.max(1));
+    xt.par_chunks_mut(block)
+        .with_min_len(min_blocks)
+        .enumerate()
+        .for_each(|(b, out)| {
+            let (c0, cols) = (b * TRANSPOSE_COLS, out.len() / padded);
+            for (t, row) in x.chunks_exact(k).take(tokens).enumerate() {
+                for (c, &v) in row[c0..c0 + cols].iter().enumerate() {
+                    out[c * padded + t] = v;
+                }
+            }
+        });
     xt
 }
 
@@ -286,6 +302,24 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The blocked transpose against the definition, with column counts that leave a partial
+    /// block and tokens that leave padding, on one task and on many.
+    #[test]
+    fn transposed_moves_every_value_and_zeroes_the_padding() {
+        for (tokens, k) in [(1usize, 16usize), (5, 40), (17, 33), (512, 72), (700, 1000)] {
+            let padded = tokens.next_multiple_of(16);
+            let x = pseudo_random(tokens * k, (tokens * k) as u64);
+            let xt = transposed(&x, tokens, k, padded);
+            assert_eq!(xt.len(), k * padded);
+            for c in 0..k {
+                for t in 0..padded {
+                    let want = if t < tokens { x[t * k + c] } else { 0.0 };
+                    assert_eq!(xt[c * padded + t], want, "{tokens} x {k}: column {c}, token {t}");
                 }
             }
         }
