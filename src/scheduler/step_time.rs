@@ -60,6 +60,12 @@ const PRIOR_ATTENTION_FLOPS_PER_S: f64 = 20e9;
 /// Steps kept for the fit: enough to see both decodes and prefill chunks, few enough to
 /// follow a change of load within seconds.
 const WINDOW: usize = 64;
+/// Of those, the most recent prefill steps (at least [`PREFILL_STEP_TOKENS`] tokens) are kept
+/// apart: between two bursts of prompts a server runs hundreds of decode steps, whose token
+/// counts barely vary, and a window of decodes alone cannot tell the cost of a prompt token
+/// from that of a step. (It predicted a 128-token prompt at 3.4x its measured time, so the
+/// budget cut prompts into chunks a third of the size it allowed.)
+const PREFILL_WINDOW: usize = 16;
 /// Pull toward the prior, in units of one (scaled) observation: weak, so that a few
 /// measured steps override a prior that is off by 10x (tuned in a simulation of a cold start).
 const RIDGE: f64 = 0.05;
@@ -121,9 +127,15 @@ pub struct StepTimeModel {
     prior: StepTimeCoefficients,
     current: StepTimeCoefficients,
     learning: bool,
-    recent: VecDeque<([f64; 3], f64)>,
+    /// Recent steps of fewer than [`PREFILL_STEP_TOKENS`] tokens (decodes).
+    recent: VecDeque<Observation>,
+    /// Recent steps of at least [`PREFILL_STEP_TOKENS`] tokens.
+    recent_prefills: VecDeque<Observation>,
     prefill_steps_seen: usize,
 }
+
+/// A measured step: its scaled features and seconds.
+type Observation = ([f64; 3], f64);
 
 impl StepTimeModel {
     pub fn new(prior: StepTimeCoefficients, learning: bool) -> Self {
@@ -131,7 +143,8 @@ impl StepTimeModel {
             prior,
             current: prior,
             learning,
-            recent: VecDeque::with_capacity(WINDOW),
+            recent: VecDeque::with_capacity(WINDOW - PREFILL_WINDOW),
+            recent_prefills: VecDeque::with_capacity(PREFILL_WINDOW),
             prefill_steps_seen: 0,
         }
     }
@@ -157,14 +170,17 @@ impl StepTimeModel {
         if !self.learning || !measured || shape.tokens == 0.0 {
             return;
         }
-        if self.recent.len() == WINDOW {
-            self.recent.pop_front();
-        }
         let x = [1.0 / SCALE[0], shape.tokens / SCALE[1], shape.pairs / SCALE[2]];
-        self.recent.push_back((x, seconds));
-        if shape.tokens >= PREFILL_STEP_TOKENS {
+        let (window, capacity) = if shape.tokens >= PREFILL_STEP_TOKENS {
             self.prefill_steps_seen += 1;
+            (&mut self.recent_prefills, PREFILL_WINDOW)
+        } else {
+            (&mut self.recent, WINDOW - PREFILL_WINDOW)
+        };
+        if window.len() == capacity {
+            window.pop_front();
         }
+        window.push_back((x, seconds));
         self.current = StepTimeCoefficients::from_scaled(self.fit());
     }
 
@@ -177,7 +193,7 @@ impl StepTimeModel {
             a[i][i] = RIDGE;
             rhs[i] = RIDGE * prior[i];
         }
-        for (x, y) in &self.recent {
+        for (x, y) in self.recent.iter().chain(&self.recent_prefills) {
             for i in 0..3 {
                 for j in 0..3 {
                     a[i][j] += x[i] * x[j];
@@ -249,6 +265,50 @@ mod tests {
         // Tolerance: the ridge pull toward the prior over 80 exact observations.
         assert!(
             (predicted / time(probe) - 1.0).abs() < 0.05,
+            "predicted {predicted}, true {}",
+            time(probe)
+        );
+    }
+
+    /// One burst of prompts, then hundreds of decode steps: the prompt-token cost learned
+    /// from the burst still predicts the next burst (the decodes alone cannot tell it apart
+    /// from the per-step cost, and the prior is 4x off).
+    #[test]
+    fn remembers_prompt_costs_through_a_long_run_of_decodes() {
+        let truth = StepTimeCoefficients {
+            per_step: 0.01,
+            per_token: 0.001,
+            per_pair: 1e-7,
+        };
+        let prior = StepTimeCoefficients {
+            per_step: 0.005,
+            per_token: 0.004,
+            per_pair: 4e-7,
+        };
+        let mut model = StepTimeModel::new(prior, true);
+        let time = |s: StepShape| truth.per_step + truth.per_token * s.tokens + truth.per_pair * s.pairs;
+        for burst in 0..3 {
+            for prompts in [1, 7] {
+                let mut step = StepShape::default();
+                for _ in 0..prompts {
+                    step.add(StepShape::chunk(128, 0));
+                }
+                model.observe(step, time(step));
+            }
+            for i in 0..300 {
+                let mut decode = StepShape::default();
+                for _ in 0..8 {
+                    decode.add(StepShape::chunk(1, 128 + (i + burst) % 128));
+                }
+                model.observe(decode, time(decode));
+            }
+        }
+        let probe = StepShape::chunk(128, 0);
+        let predicted = model.predict(probe);
+        // Tolerance: 10 % (the ridge pull toward the prior; the window of decodes alone
+        // predicted 2-3x).
+        assert!(
+            (predicted / time(probe) - 1.0).abs() < 0.1,
             "predicted {predicted}, true {}",
             time(probe)
         );
