@@ -15,6 +15,26 @@ impl Scheduler {
     /// A fresh budget for the next step, with room kept for the work that goes first.
     pub(super) fn new_budget(&self) -> StepBudget {
         let sharing = self.config.sharing;
+        let slots = self.config.max_num_seqs.saturating_sub(self.running.len());
+        let decoding = self.swapped.len()
+            + self
+                .running
+                .iter()
+                .filter(|r| r.num_generated_with_pending() > 0)
+                .count();
+        let short_prompts = self
+            .running
+            .iter()
+            .filter(|r| r.num_generated_with_pending() == 0)
+            .map(|r| self.num_to_schedule(r))
+            .filter(|&left| left > 0 && !sharing.is_long(left))
+            .count()
+            + self
+                .waiting
+                .iter()
+                .take(slots)
+                .filter(|r| !self.waits_for_sibling(r) && !sharing.is_long(r.total_len() - r.num_computed))
+                .count();
         let mut budget = StepBudget::new(
             sharing,
             self.step_time.coefficients(),
@@ -22,7 +42,8 @@ impl Scheduler {
         )
         .cold(self.step_time.is_cold())
         .alone(self.running.len() + self.waiting.len() + self.swapped.len() == 1)
-        .nothing_decoding(self.swapped.is_empty() && self.running.iter().all(|r| r.num_generated_with_pending() == 0));
+        .nothing_decoding(decoding == 0)
+        .short_burst(short_prompts >= decoding);
         if !sharing.is_on() {
             return budget;
         }
@@ -36,7 +57,6 @@ impl Scheduler {
                 _ => {}
             }
         }
-        let slots = self.config.max_num_seqs.saturating_sub(self.running.len());
         for request in self.waiting.iter().take(slots) {
             if self.waits_for_sibling(request) {
                 continue;

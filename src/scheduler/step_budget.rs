@@ -15,6 +15,11 @@
 //!   [`LONE_PROMPT_BUDGETS`] budgets: a prompt alone in the scheduler, and short prompts
 //!   while nothing decodes (a burst of requests on an idle engine is prefilled together, as
 //!   without the budget). Chunks cost more per token than one step.
+//! - **A burst of short prompts that outnumbers the decoding streams is not cut** either, if
+//!   the step stays within [`BURST_BUDGETS`] budgets. Cutting it spares the streams no time
+//!   (they wait for all of its chunks either way, in more and shorter gaps), while the
+//!   burst's own requests wait longer for their first tokens and, once started, stall behind
+//!   the chunks of the rest.
 
 use std::time::Duration;
 
@@ -33,6 +38,12 @@ pub const COLD_PREFILL_CHUNK: usize = 128;
 /// so a chat request that arrives during it is served. Short prompts taken whole may exceed
 /// `max_num_partial_prefills` (none stays partial); a prompt after them is not cut to fit.
 pub const LONE_PROMPT_BUDGETS: f64 = 12.0;
+/// Short prompts are not cut when at least as many wait as streams decode, and the step that
+/// takes them is predicted at most this many budgets long: the decoding streams see one gap
+/// of at most this many budgets instead of as many budget-long gaps. (A burst of eight
+/// 128-token prompts beside one stream is about four budgets of the default model on a
+/// 2-vCPU Zen 5, docs/08-performance.md.)
+pub const BURST_BUDGETS: f64 = 6.0;
 
 /// The scheduler's fairness settings. `Default` is off: the token budget alone, FCFS.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,6 +107,8 @@ pub(crate) struct StepBudget {
     alone: bool,
     /// No request in the scheduler decodes: all are on their prompts, none swapped.
     nothing_decoding: bool,
+    /// At least as many short prompts wait as requests decode (see [`BURST_BUDGETS`]).
+    short_burst: bool,
 }
 
 impl StepBudget {
@@ -106,6 +119,7 @@ impl StepBudget {
             cold: false,
             alone: false,
             nothing_decoding: false,
+            short_burst: false,
             tokens_left: max_tokens,
             used: StepShape::default(),
             reserved_decodes: StepShape::default(),
@@ -130,6 +144,12 @@ impl StepBudget {
     /// No request in the scheduler decodes yet (see [`LONE_PROMPT_BUDGETS`]).
     pub fn nothing_decoding(mut self, nothing_decoding: bool) -> Self {
         self.nothing_decoding = nothing_decoding;
+        self
+    }
+
+    /// At least as many short prompts wait as requests decode (see [`BURST_BUDGETS`]).
+    pub fn short_burst(mut self, short_burst: bool) -> Self {
+        self.short_burst = short_burst;
         self
     }
 
@@ -223,25 +243,32 @@ impl StepBudget {
         self.reserved_prompts = self.reserved_prompts.less(reservation);
     }
 
-    /// Whether a prompt with `remaining` tokens from `start` is taken whole: no one waits on
-    /// the step (a long prompt alone with nothing placed yet, or a short one while nothing
-    /// decodes), and the step with it and `others` (work kept room for) stays within
-    /// [`LONE_PROMPT_BUDGETS`] budgets and the token budget (see the constant).
+    /// Whether a prompt with `remaining` tokens from `start` is taken whole, and the step
+    /// with it and `others` (work kept room for) stays within the token budget and:
+    /// - [`LONE_PROMPT_BUDGETS`] budgets when no one waits on the step (a long prompt alone
+    ///   with nothing placed yet, or a short one while nothing decodes);
+    /// - [`BURST_BUDGETS`] budgets for a short prompt of a burst that outnumbers the decodes.
     fn finishes_uncut(&self, remaining: usize, start: usize, others: StepShape, long: bool) -> bool {
         let Some(limit) = self.sharing.max_step else {
             return false;
         };
-        let no_one_waits = if long {
-            self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0
+        let budgets = if long {
+            let no_one_waits = self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0;
+            if !no_one_waits {
+                return false;
+            }
+            LONE_PROMPT_BUDGETS
+        } else if self.nothing_decoding {
+            LONE_PROMPT_BUDGETS
+        } else if self.short_burst {
+            BURST_BUDGETS
         } else {
-            self.nothing_decoding
+            return false;
         };
         let mut step = self.used;
         step.add(others);
         step.add(StepShape::chunk(remaining, start));
-        no_one_waits
-            && remaining <= self.tokens_left
-            && self.model.predict(step) <= limit.as_secs_f64() * LONE_PROMPT_BUDGETS
+        remaining <= self.tokens_left && self.model.predict(step) <= limit.as_secs_f64() * budgets
     }
 
     /// The largest chunk ≤ `remaining` that keeps tokens and predicted time within the

@@ -115,6 +115,17 @@ fn a_burst_on_an_idle_engine_is_prefilled_together_within_the_lone_budgets() {
     // + 89 tokens = 100 ms. (Each keeping room for all the others left the first a 32-token
     // floor and the step at 43 ms.)
     assert_eq!(taken, vec![40, 40, 9, 0, 0, 0, 0, 0]);
+    // The same burst, outnumbering the decodes: taken whole within the burst budgets, and
+    // what would pass them waits (40 prompts: 560 ms predicted over 600 ms of burst budgets).
+    let mut outnumbered = StepBudget::new(sharing(100, 50), FLAT, 2048).short_burst(true);
+    outnumbered.reserve_decode(10);
+    let taken: Vec<usize> = (0..8).map(|_| outnumbered.take_prefill(40, 0)).collect();
+    assert_eq!(taken, vec![40; 8]);
+    assert_eq!(BURST_BUDGETS, 6.0);
+    let mut many = StepBudget::new(sharing(100, 50), FLAT, 2048).short_burst(true);
+    many.reserve_decode(10);
+    let taken: Vec<usize> = (0..40).map(|_| many.take_prefill(40, 0)).collect();
+    assert_eq!(taken.iter().filter(|&&n| n == 40).count(), 14, "{taken:?}");
     // Up to the lone budgets: of 40 prompts of 40 tokens, those that fit 1.2 s are whole and
     // the rest wait.
     let mut many = StepBudget::new(sharing(100, 50), FLAT, 2048).nothing_decoding(true);
