@@ -55,8 +55,8 @@ pub enum CpuActivations {
     /// f32 throughout: greedy parity with the reference.
     #[default]
     F32,
-    /// 8-bit activations per group of 32 (or 16) columns with integer dot products
-    /// (AVX-512 VNNI, else a portable integer kernel), at 6 or more tokens a step.
+    /// 8-bit activations per group of 32 (or 16) columns with integer dot products on AVX-512
+    /// VNNI (elsewhere f32, with a warning), at 6 or more tokens a step.
     Int8,
 }
 
@@ -112,6 +112,20 @@ mod tests {
         let file: File = toml::from_str("a = \"int8\"").expect("int8 parses");
         assert_eq!(file.a, CpuActivations::Int8);
         assert!(toml::from_str::<File>("a = \"fp8\"").is_err());
+    }
+
+    /// The help text and the configuration guide state the kernel's token threshold as text:
+    /// they must follow the constant.
+    #[test]
+    fn the_int8_help_and_guide_state_the_kernels_token_threshold() {
+        use clap::ValueEnum;
+        let value = CpuActivations::Int8.to_possible_value().expect("a value");
+        let help = value.get_help().expect("a help text").to_string();
+        let threshold = crate::kernels::matmul::INT8_MIN_TOKENS;
+        assert!(help.contains(&format!("at {threshold} or more tokens")), "{help}");
+        let guide = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/02-configuration.md");
+        let guide = std::fs::read_to_string(guide).expect("docs/02-configuration.md");
+        assert!(guide.contains(&format!("of {threshold} or more tokens a step")));
     }
 
     #[test]
