@@ -16,25 +16,28 @@ impl Scheduler {
     pub(super) fn new_budget(&self) -> StepBudget {
         let sharing = self.config.sharing;
         let slots = self.config.max_num_seqs.saturating_sub(self.running.len());
+        // Streams: requests past their prompts, running, swapped or preempted to recompute.
         let decoding = self.swapped.len()
             + self
                 .running
                 .iter()
+                .chain(&self.waiting)
                 .filter(|r| r.num_generated_with_pending() > 0)
                 .count();
-        let short_prompts = self
+        // Short requests on their way to a first token: prompts short as a whole (the tail of
+        // a long prompt costs its whole context a token), not yet all scheduled.
+        let short_requests = self
             .running
             .iter()
-            .filter(|r| r.num_generated_with_pending() == 0)
-            .map(|r| self.num_to_schedule(r))
-            .filter(|&left| left > 0 && !sharing.is_long(left))
-            .count()
-            + self
-                .waiting
-                .iter()
-                .take(slots)
-                .filter(|r| !self.waits_for_sibling(r) && !sharing.is_long(r.total_len() - r.num_computed))
-                .count();
+            .filter(|r| r.num_generated_with_pending() == 0 && self.num_to_schedule(r) > 0)
+            .chain(
+                self.waiting
+                    .iter()
+                    .take(slots)
+                    .filter(|r| r.num_generated_with_pending() == 0 && !self.waits_for_sibling(r)),
+            )
+            .filter(|r| !sharing.is_long(r.prompt.len()))
+            .count();
         let mut budget = StepBudget::new(
             sharing,
             self.step_time.coefficients(),
@@ -43,16 +46,17 @@ impl Scheduler {
         .cold(self.step_time.is_cold())
         .alone(self.running.len() + self.waiting.len() + self.swapped.len() == 1)
         .nothing_decoding(decoding == 0)
-        .short_burst(short_prompts >= decoding);
+        .short_burst(short_requests >= decoding);
         if !sharing.is_on() {
             return budget;
         }
         for request in &self.running {
+            let start = request.num_scheduled();
             match self.num_to_schedule(request) {
                 0 => {}
-                1 => budget.reserve_decode(request.num_scheduled()),
-                remaining if !sharing.is_long(remaining) => {
-                    budget.reserve_prompt(StepShape::chunk(remaining, request.num_scheduled()))
+                1 => budget.reserve_decode(start),
+                remaining if !sharing.is_long(start + remaining) => {
+                    budget.reserve_prompt(StepShape::chunk(remaining, start))
                 }
                 _ => {}
             }
@@ -61,8 +65,8 @@ impl Scheduler {
             if self.waits_for_sibling(request) {
                 continue;
             }
-            let remaining = request.total_len() - request.num_computed;
-            if !sharing.is_long(remaining) {
+            if !sharing.is_long(request.total_len()) {
+                let remaining = request.total_len() - request.num_computed;
                 budget.reserve_prompt(StepShape::chunk(remaining, request.num_computed));
             }
         }
@@ -93,12 +97,12 @@ impl Scheduler {
     /// the cache allow (never by preempting). A long prompt is passed over, not waited for,
     /// while the long-prefill limit is reached, so short ones behind it start.
     pub(super) fn admit_waiting(&mut self, out: &mut SchedulerOutput, budget: &mut StepBudget, now: Instant) {
-        // Prompt tokens not computed yet, in flight included: a prompt whose last chunk runs
-        // now is still prefilling.
+        // Long prompts with tokens not computed yet, in flight included: a prompt whose last
+        // chunk runs now is still prefilling.
         let mut long_prefilling = self
             .running
             .iter()
-            .filter(|r| budget.is_long(r.total_len() - r.num_computed))
+            .filter(|r| r.num_computed < r.prompt.len() && budget.is_long(r.total_len()))
             .count();
         let mut index = 0;
         while budget.has_tokens() && self.running.len() < self.config.max_num_seqs && index < self.waiting.len() {
@@ -113,7 +117,7 @@ impl Scheduler {
                 request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
             }
             let remaining = request.total_len() - request.num_computed;
-            if !budget.may_admit(remaining, long_prefilling) {
+            if !budget.may_admit(request.total_len(), long_prefilling) {
                 // Give back any pinned prefix blocks; the lookup is repeated when it runs. A
                 // forked prompt is kept: it cannot be looked up again.
                 if !request.forked_prompt {
@@ -137,7 +141,7 @@ impl Scheduler {
                 }
                 break;
             }
-            long_prefilling += usize::from(budget.is_long(remaining));
+            long_prefilling += usize::from(budget.is_long(request.total_len()));
             let mut request = self.waiting.remove(index).expect("index is in range");
             self.count_prefix_lookup(&mut request);
             request.note_scheduled(now);

@@ -4,7 +4,9 @@
 //!   ([`StepTimeModel`]) stays under `max_step`; prefill chunks are sized to fit it.
 //! - **Decodes and short prompts first.** Before any long prompt gets a chunk, room is
 //!   reserved for every running decode and for the short prompts (at most
-//!   `long_prefill_token_threshold` tokens left) that this step can start, so a chat request
+//!   `long_prefill_token_threshold` tokens from the first; the tail of a long prompt stays
+//!   long, for each of its tokens attends to the whole context) that this step can start, so
+//!   a chat request
 //!   that arrives during long prefills gets its first token a step or two later. A short
 //!   prompt keeps room for the decodes only: short prompts share what is left in arrival
 //!   order, so a burst of them fills the budget instead of each waiting for all the others.
@@ -13,8 +15,8 @@
 //!   so it progresses whatever the load.
 //! - **A prompt is not cut when no one waits on the step**, if the step finishes it within
 //!   [`LONE_PROMPT_BUDGETS`] budgets: a prompt alone in the scheduler, and short prompts
-//!   while nothing decodes (a burst of requests on an idle engine is prefilled together, as
-//!   without the budget). Chunks cost more per token than one step.
+//!   while nothing decodes (a burst of requests on an idle engine is prefilled
+//!   together, as without the budget). Chunks cost more per token than one step.
 //! - **A burst of short prompts that outnumbers the decoding streams is not cut** either, if
 //!   the step stays within [`BURST_BUDGETS`] budgets. Cutting it spares the streams no time
 //!   (they wait for all of its chunks either way, in more and shorter gaps), while the
@@ -38,8 +40,9 @@ pub const COLD_PREFILL_CHUNK: usize = 128;
 /// so a chat request that arrives during it is served. Short prompts taken whole may exceed
 /// `max_num_partial_prefills` (none stays partial); a prompt after them is not cut to fit.
 pub const LONE_PROMPT_BUDGETS: f64 = 12.0;
-/// Short prompts are not cut when at least as many wait as streams decode, and the step that
-/// takes them is predicted at most this many budgets long: the decoding streams see one gap
+/// Short requests' prompts (short from their first token) are not cut when at least as many
+/// wait as streams decode, and the step that takes them is predicted at most this many
+/// budgets long: the decoding streams see one gap
 /// of at most this many budgets instead of as many budget-long gaps. (A burst of eight
 /// 128-token prompts beside one stream is about four budgets of the default model on a
 /// 2-vCPU Zen 5, docs/08-performance.md.)
@@ -55,7 +58,9 @@ pub struct StepSharing {
     /// Of those, long ones (`--max-long-partial-prefills`); a long waiting request is not
     /// admitted while this many long prompts are prefilling.
     pub max_long_partial_prefills: usize,
-    /// More prompt tokens left than this make a prefill long (`--long-prefill-token-threshold`).
+    /// A prompt of more tokens than this is long (`--long-prefill-token-threshold`), from its
+    /// first token to its last whatever is left of it: the tail of a long prompt attends to
+    /// the whole context before it, and a cached prefix is context too.
     pub long_prefill_token_threshold: usize,
     /// The step-time model's starting coefficients.
     pub step_time_prior: StepTimeCoefficients,
@@ -82,8 +87,9 @@ impl StepSharing {
         self.max_step.is_some() || self.long_prefill_token_threshold < usize::MAX
     }
 
-    pub fn is_long(&self, remaining: usize) -> bool {
-        remaining > self.long_prefill_token_threshold
+    /// Whether a prompt of `len` tokens (from its first) is long.
+    pub fn is_long(&self, len: usize) -> bool {
+        len > self.long_prefill_token_threshold
     }
 }
 
@@ -107,7 +113,8 @@ pub(crate) struct StepBudget {
     alone: bool,
     /// No request in the scheduler decodes: all are on their prompts, none swapped.
     nothing_decoding: bool,
-    /// At least as many short prompts wait as requests decode (see [`BURST_BUDGETS`]).
+    /// At least as many short requests wait for their first token as requests decode (see
+    /// [`BURST_BUDGETS`]).
     short_burst: bool,
 }
 
@@ -147,7 +154,8 @@ impl StepBudget {
         self
     }
 
-    /// At least as many short prompts wait as requests decode (see [`BURST_BUDGETS`]).
+    /// At least as many short requests wait for their first token as requests decode (see
+    /// [`BURST_BUDGETS`]).
     pub fn short_burst(mut self, short_burst: bool) -> Self {
         self.short_burst = short_burst;
         self
@@ -188,7 +196,7 @@ impl StepBudget {
     /// A prefill chunk of at most `remaining` tokens from `start`: what fits the tokens and
     /// the time left (0 when the partial-prefill limits say wait).
     pub fn take_prefill(&mut self, remaining: usize, start: usize) -> usize {
-        let long = self.sharing.is_long(remaining);
+        let long = self.sharing.is_long(start + remaining);
         let long_limit_reached = long && self.long_prefills >= self.sharing.max_long_partial_prefills;
         // A short prompt is inside the reservation (and leaves the other short ones to
         // arrival order); a long one is not.
@@ -222,14 +230,14 @@ impl StepBudget {
         n
     }
 
-    /// Whether a waiting request with `remaining` prompt tokens may start, with
+    /// Whether a waiting request with a prompt of `len` tokens may start, with
     /// `long_prefilling` long prompts already prefilling (running, or admitted this step).
-    pub fn may_admit(&self, remaining: usize, long_prefilling: usize) -> bool {
-        !self.sharing.is_long(remaining) || long_prefilling < self.sharing.max_long_partial_prefills
+    pub fn may_admit(&self, len: usize, long_prefilling: usize) -> bool {
+        !self.sharing.is_long(len) || long_prefilling < self.sharing.max_long_partial_prefills
     }
 
-    pub fn is_long(&self, remaining: usize) -> bool {
-        self.sharing.is_long(remaining)
+    pub fn is_long(&self, len: usize) -> bool {
+        self.sharing.is_long(len)
     }
 
     fn charge(&mut self, n: usize, start: usize) {
@@ -245,22 +253,18 @@ impl StepBudget {
 
     /// Whether a prompt with `remaining` tokens from `start` is taken whole, and the step
     /// with it and `others` (work kept room for) stays within the token budget and:
-    /// - [`LONE_PROMPT_BUDGETS`] budgets when no one waits on the step (a long prompt alone
-    ///   with nothing placed yet, or a short one while nothing decodes);
-    /// - [`BURST_BUDGETS`] budgets for a short prompt of a burst that outnumbers the decodes.
+    /// - [`LONE_PROMPT_BUDGETS`] budgets when no one waits on the step: a prompt alone with
+    ///   nothing placed yet, or a short request's prompt while nothing decodes;
+    /// - [`BURST_BUDGETS`] budgets for a short request's prompt in a burst that outnumbers
+    ///   the decodes.
     fn finishes_uncut(&self, remaining: usize, start: usize, others: StepShape, long: bool) -> bool {
         let Some(limit) = self.sharing.max_step else {
             return false;
         };
-        let budgets = if long {
-            let no_one_waits = self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0;
-            if !no_one_waits {
-                return false;
-            }
+        let alone = self.alone && self.used.tokens == 0.0 && others.tokens == 0.0 && self.prefills == 0;
+        let budgets = if alone || (!long && self.nothing_decoding) {
             LONE_PROMPT_BUDGETS
-        } else if self.nothing_decoding {
-            LONE_PROMPT_BUDGETS
-        } else if self.short_burst {
+        } else if !long && self.short_burst {
             BURST_BUDGETS
         } else {
             return false;

@@ -122,6 +122,17 @@ fn a_burst_on_an_idle_engine_is_prefilled_together_within_the_lone_budgets() {
     let taken: Vec<usize> = (0..8).map(|_| outnumbered.take_prefill(40, 0)).collect();
     assert_eq!(taken, vec![40; 8]);
     assert_eq!(BURST_BUDGETS, 6.0);
+    // The tail of a long prompt (40 tokens left after 5,000: 252 ms with attention) is not a
+    // short request, however few tokens are left: cut to the budget, burst or not.
+    let attention = StepTimeCoefficients { per_pair: 1e-6, ..FLAT };
+    let mut tail = StepBudget::new(sharing(100, 50), attention, 2048).short_burst(true);
+    tail.reserve_decode(10);
+    assert_eq!(tail.take_prefill(40, 5000), 14);
+    let mut idle_tail = StepBudget::new(sharing(100, 50), attention, 2048).nothing_decoding(true);
+    idle_tail.reserve_decode(10);
+    assert_eq!(idle_tail.take_prefill(40, 5000), 14, "nor while nothing decodes");
+    let mut lone_tail = StepBudget::new(sharing(100, 50), attention, 2048).alone(true);
+    assert_eq!(lone_tail.take_prefill(40, 5000), 40, "alone, it finishes");
     let mut many = StepBudget::new(sharing(100, 50), FLAT, 2048).short_burst(true);
     many.reserve_decode(10);
     let taken: Vec<usize> = (0..40).map(|_| many.take_prefill(40, 0)).collect();
