@@ -89,7 +89,7 @@ pub struct ServeArgs {
     /// Long prompts prefilled side by side in one step.
     #[arg(long, env = "KILN_MAX_LONG_PARTIAL_PREFILLS")]
     pub max_long_partial_prefills: Option<usize>,
-    /// Prompts with more tokens left than this are long (0: 4% of max_model_len).
+    /// Prompts of more tokens than this are long, the tokens already computed included (0: 4% of max_model_len).
     #[arg(long, env = "KILN_LONG_PREFILL_TOKEN_THRESHOLD")]
     pub long_prefill_token_threshold: Option<usize>,
     /// Requests allowed to wait before new ones get 429.

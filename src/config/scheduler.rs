@@ -17,8 +17,8 @@ pub struct SchedulerSettings {
     pub max_num_partial_prefills: usize,
     /// Of those, long ones (vLLM's `--max-long-partial-prefills`).
     pub max_long_partial_prefills: usize,
-    /// More prompt tokens left than this make a prompt long; 0: 4 % of `max_model_len`
-    /// (vLLM's rule), at least 64.
+    /// More prompt tokens than this, computed ones included, make a prompt long; 0: 4 % of
+    /// `max_model_len` (vLLM's rule), at least 64.
     pub long_prefill_token_threshold: usize,
 }
 
