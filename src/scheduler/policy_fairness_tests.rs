@@ -146,7 +146,8 @@ fn short_requests_all_through_long_prefills_get_first_tokens_within_two_steps() 
         let mut s = Scheduler::new(config, vec![EOS]);
         let mut driver = Driver::new().predicting(heavy);
         for i in 0..2 {
-            s.add(request(&format!("stream{i}"), 8, 4000), Instant::now()).expect("admitted");
+            s.add(request(&format!("stream{i}"), 8, 4000), Instant::now())
+                .expect("admitted");
         }
         step(&mut driver, &mut s);
         let longs: Vec<String> = (0..4).map(|i| format!("long{i}")).collect();
