@@ -6,8 +6,8 @@
 //!   reserved for every running decode and for the short prompts (at most
 //!   `long_prefill_token_threshold` tokens from the first; the tail of a long prompt stays
 //!   long, for each of its tokens attends to the whole context) that this step can start, so
-//!   a chat request
-//!   that arrives during long prefills gets its first token a step or two later. A short
+//!   a chat request that arrives during long prefills gets its first token a step or two
+//!   later. A short
 //!   prompt keeps room for the decodes only: short prompts share what is left in arrival
 //!   order, so a burst of them fills the budget instead of each waiting for all the others.
 //! - **Long prompts one at a time** (`max_long_partial_prefills`, as vLLM): a long prompt
@@ -15,8 +15,8 @@
 //!   so it progresses whatever the load.
 //! - **A prompt is not cut when no one waits on the step**, if the step finishes it within
 //!   [`LONE_PROMPT_BUDGETS`] budgets: a prompt alone in the scheduler, and short prompts
-//!   while nothing decodes (a burst of requests on an idle engine is prefilled
-//!   together, as without the budget). Chunks cost more per token than one step.
+//!   while nothing decodes (a burst of requests on an idle engine is prefilled together, as
+//!   without the budget). Chunks cost more per token than one step.
 //! - **A burst of short prompts that outnumbers the decoding streams is not cut** either, if
 //!   the step stays within [`BURST_BUDGETS`] budgets. Cutting it spares the streams no time
 //!   (they wait for all of its chunks either way, in more and shorter gaps), while the
@@ -40,9 +40,8 @@ pub const COLD_PREFILL_CHUNK: usize = 128;
 /// so a chat request that arrives during it is served. Short prompts taken whole may exceed
 /// `max_num_partial_prefills` (none stays partial); a prompt after them is not cut to fit.
 pub const LONE_PROMPT_BUDGETS: f64 = 12.0;
-/// Short requests' prompts (short from their first token) are not cut when at least as many
-/// wait as streams decode, and the step that takes them is predicted at most this many
-/// budgets long: the decoding streams see one gap
+/// Short prompts are not cut when at least as many wait as streams decode, and the step that
+/// takes them is predicted at most this many budgets long: the decoding streams see one gap
 /// of at most this many budgets instead of as many budget-long gaps. (A burst of eight
 /// 128-token prompts beside one stream is about four budgets of the default model on a
 /// 2-vCPU Zen 5, docs/08-performance.md.)
