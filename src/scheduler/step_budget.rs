@@ -7,9 +7,9 @@
 //!   `long_prefill_token_threshold` tokens from the first; the tail of a long prompt stays
 //!   long, for each of its tokens attends to the whole context) that this step can start, so
 //!   a chat request that arrives during long prefills gets its first token a step or two
-//!   later. A short
-//!   prompt keeps room for the decodes only: short prompts share what is left in arrival
-//!   order, so a burst of them fills the budget instead of each waiting for all the others.
+//!   later. A short prompt keeps room for the decodes only: short prompts share what is left
+//!   in arrival order, so a burst of them fills the budget instead of each waiting for all
+//!   the others.
 //! - **Long prompts one at a time** (`max_long_partial_prefills`, as vLLM): a long prompt
 //!   gets what the others leave, and [`MIN_PREFILL_CHUNK`] tokens when they leave nothing,
 //!   so it progresses whatever the load.
