@@ -55,6 +55,10 @@ pub struct Args {
     /// Streams of the short-context decode cases (comma-separated; empty skips them).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     pub decode_batches: Vec<usize>,
+    /// Prompt tokens of each stream in those cases: 4 by default; 128 or more measures decode
+    /// at a serving-like context, where attention is a larger share of the step.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub decode_prompt_len: u32,
     /// Passes over the model's matrices for the one-stream decode profile; 0 skips it.
     #[arg(long, default_value_t = 5)]
     pub profile_passes: usize,
@@ -229,30 +233,42 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     report.insert("prefill".into(), json!({"tokens": args.prefill_len, "tok_s": prefill_tps, "gflops": prefill_gflops, "matmul_gflops": prefill_rate}));
 
+    let decode_context = args.decode_prompt_len as usize + args.decode_steps + 1;
+    if !args.decode_batches.is_empty() && decode_context > cfg.max_position_embeddings {
+        anyhow::bail!(
+            "--decode-prompt-len {} plus {} decode steps exceeds the model's context of {} tokens",
+            args.decode_prompt_len,
+            args.decode_steps,
+            cfg.max_position_embeddings
+        );
+    }
     for &batch_size in &args.decode_batches {
         let (mut s, mut r) = direct_engine(path, |c| args.engine_config(c))?;
         for i in 0..batch_size {
             s.add(
                 greedy_request(
                     &format!("d{i}"),
-                    [504 + i as u32, 3575, 282, 4649].map(|id| id % vocab).to_vec(),
+                    decode_prompt(i as u32, args.decode_prompt_len, vocab),
                     args.decode_steps as u32 + 1,
                     true,
                 ),
                 Instant::now(),
             )?;
         }
-        // The first step prefills; time only the decode steps after it.
-        let tps = drive(&mut s, &mut r, |d| {
-            step(d)?;
-            decode_rate(d)
+        // Time only the decode steps: every stream has its first token once a step generates
+        // one token for each (a budgeted prefill may take several steps and start some
+        // streams early).
+        let (tps, timed_tokens) = drive(&mut s, &mut r, |d| {
+            while step(d)? < batch_size as u64 {}
+            decode_rate(d, batch_size as u64)
         })?;
         let gflops = tps * (flops_per_token + head_flops) / 1e9;
         let rate = rate(batch_size);
         println!("| decode | {batch_size} | {scheduling} | {tps:.1} | {gflops:.1} | {rate:.1} |");
         report.insert(
             format!("decode_{batch_size}"),
-            json!({"tok_s": tps, "gflops": gflops, "matmul_gflops": rate}),
+            json!({"tok_s": tps, "gflops": gflops, "matmul_gflops": rate,
+                "prompt_tokens": args.decode_prompt_len, "timed_tokens": timed_tokens}),
         );
     }
     let one_stream_tps = report
@@ -300,7 +316,7 @@ fn long_context_decode(path: &std::path::Path, args: &Args, context: usize, voca
     drive(&mut s, &mut r, |d| {
         // The prompt is prefilled in chunks until the first token comes.
         while step(d)? == 0 {}
-        decode_rate(d)
+        Ok(decode_rate(d, 1)?.0)
     })
 }
 
@@ -311,13 +327,31 @@ fn step(d: &mut DirectDriver<'_>) -> anyhow::Result<u64> {
     Ok(result.iteration_stats.num_generation_tokens)
 }
 
-/// Generated tokens per second of the steps until every request is done.
-fn decode_rate(d: &mut DirectDriver<'_>) -> anyhow::Result<f64> {
+/// Stream `i`'s prompt of `len` tokens: four fixed ones, then ids spread over the vocabulary.
+fn decode_prompt(i: u32, len: u32, vocab: u32) -> Vec<u32> {
+    let fixed = [504 + i, 3575, 282, 4649];
+    (0..len)
+        .map(|j| fixed.get(j as usize).copied().unwrap_or(100 + (j + i * 1000) * 37) % vocab)
+        .collect()
+}
+
+/// Generated tokens per second of the steps in which all `streams` decode, and those tokens.
+/// Timing stops at the first step with fewer (streams that began early finish early); the
+/// rest run untimed.
+fn decode_rate(d: &mut DirectDriver<'_>, streams: u64) -> anyhow::Result<(f64, u64)> {
     let (mut tokens, start) = (0u64, Instant::now());
+    let mut last = start;
+    let mut timing = true;
     while d.has_work() {
-        tokens += step(d)?;
+        let generated = step(d)?;
+        timing &= generated == streams;
+        if timing {
+            tokens += generated;
+            last = Instant::now();
+        }
     }
-    Ok(tokens as f64 / start.elapsed().as_secs_f64())
+    anyhow::ensure!(tokens > 0, "no step had all {streams} streams decoding");
+    Ok((tokens as f64 / (last - start).as_secs_f64(), tokens))
 }
 
 /// Prints where a one-stream step goes and returns it for the JSON.

@@ -224,6 +224,56 @@ fn bench_engine_reports_prefill_decode_and_both_kernels() {
     );
 }
 
+/// `--decode-prompt-len` gives every decoding stream a prompt of that length, and only the
+/// steps after every stream's first token are timed; a prompt that leaves no room for the
+/// decode steps in the model's context is refused with the flag named.
+#[test]
+fn bench_engine_decodes_at_the_prompt_length_asked_for() {
+    let tiny = start_tiny(|_| {});
+    let model = tiny.model_path.to_str().expect("utf-8 path");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json_path = dir.path().join("engine.json");
+    let quick = [
+        "--prefill-len",
+        "16",
+        "--long-context",
+        "0",
+        "--profile-passes",
+        "0",
+        "--skip-kernel-rates",
+        "--decode-batches",
+        "3",
+    ];
+    run(Command::new(example("bench_engine")).args(quick).args([
+        "--model",
+        model,
+        "--decode-prompt-len",
+        "120",
+        "--decode-steps",
+        "5",
+        "--output-json",
+        json_path.to_str().expect("utf-8 path"),
+    ]));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    let decode = &report["decode_3"];
+    assert_eq!(decode["prompt_tokens"], 120, "{decode}");
+    // Only steps in which all three streams decode are timed: at most five, since a stream
+    // decodes five times after its first token.
+    let timed = decode["timed_tokens"].as_u64().expect("timed_tokens");
+    assert!((3..=15).contains(&timed) && timed.is_multiple_of(3), "{decode}");
+    assert!(decode["tok_s"].as_f64().is_some_and(|t| t > 0.0), "{decode}");
+
+    // The tiny model holds 256 tokens: 250 + 10 decode steps do not fit.
+    let out = Command::new(example("bench_engine"))
+        .args(quick)
+        .args(["--model", model, "--decode-prompt-len", "250", "--decode-steps", "10"])
+        .output()
+        .expect("example runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--decode-prompt-len 250"), "{stderr}");
+}
+
 /// Five seconds of mixed traffic (streams, chat, client aborts, bursts past a two-request
 /// waiting queue) against the tiny model: no 5xx, the server's counters agree with what the
 /// client saw, and the resident memory of the server (this process) is reported.
