@@ -2,6 +2,7 @@
 //! matrix products against weights kept in ggml's quantised blocks.
 
 pub mod activation;
+mod aligned;
 pub mod attention;
 mod attention_flash;
 mod attention_piece;
