@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::aligned::aligned;
+use super::aligned::{Aligned, aligned};
 use super::dispatch::{Activations, KernelPath, activations, active};
 use super::int8_lanes::matmul_int8;
 use super::packed::{BLOCK, PackedMatrix};
@@ -54,7 +54,9 @@ pub fn matmul_packed(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     let panels_per_thread = 4;
     let per_chunk = w.rows.div_ceil(rayon::current_num_threads() * panels_per_thread);
     let chunk_rows = per_chunk.div_ceil(ROW_PANEL).max(1) * ROW_PANEL;
-    let x_aligned = aligned(x);
+    // Only the tiles of several tokens gained from aligned activations; one token's kernel
+    // reads them once per group of rows, and the copy bought nothing there.
+    let x_aligned = if tokens > 1 { aligned(x) } else { Aligned::Borrowed(x) };
     let x = x_aligned.as_slice();
     // Computed transposed (`[rows, tokens]`) so each chunk owns a contiguous slice.
     let mut transposed = vec![0.0f32; w.rows * tokens];
