@@ -13,6 +13,7 @@ pub mod kv_cache;
 pub mod kv_events;
 pub mod lifecycle;
 pub mod model;
+pub mod otlp;
 pub mod scheduler;
 pub mod server;
 pub mod stats;

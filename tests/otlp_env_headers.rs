@@ -8,8 +8,9 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use kiln::otlp::{OtlpConfig, OtlpProtocol};
 use kiln::stats::exporter::{TelemetryConfig, build_telemetry_with_readers};
-use kiln::stats::otlp::{OtlpConfig, OtlpProtocol, build_otlp_reader};
+use kiln::stats::otlp_push::build_otlp_reader;
 
 #[test]
 fn config_headers_win_over_the_exporters_own_env_read() {

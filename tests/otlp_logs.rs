@@ -6,8 +6,9 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kiln::otlp::{OtlpConfig, OtlpProtocol, metrics_endpoint_from_base};
 use kiln::stats::exporter::{TelemetryConfig, build_telemetry_with_readers};
-use kiln::stats::otlp::{OtlpConfig, OtlpProtocol, build_otlp_reader, metrics_endpoint_from_base};
+use kiln::stats::otlp_push::build_otlp_reader;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};

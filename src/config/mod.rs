@@ -21,7 +21,7 @@ pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
 pub use security_args::SecurityArgs;
 
-use crate::stats::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
+use crate::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]

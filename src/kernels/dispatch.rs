@@ -3,7 +3,7 @@
 //! forcible (`--cpu-kernels`) so tests and benchmarks can compare the paths on one CPU. All
 //! paths keep f32 activations by default and differ only in vector width and summation order;
 //! `--cpu-activations int8` opts the many-token matmuls into 8-bit activations
-//! (`int8_lanes.rs`).
+//! (`int8/lanes.rs`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

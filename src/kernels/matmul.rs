@@ -2,7 +2,7 @@
 //!
 //! Activations stay f32 by default (llama.cpp quantises them to 8 bits; we keep the reference
 //! parity exact up to summation order; `--cpu-activations int8` opts the many-token regime
-//! into 8-bit activations, `int8_lanes.rs`). Two regimes:
+//! into 8-bit activations, `int8/lanes.rs`). Two regimes:
 //! - few tokens (decode): each block is widened in registers once per tile of up to
 //!   [`TOKEN_TILE`] tokens, so the step is bound by reading the packed bytes;
 //! - many tokens (prefill, large batches): panels of rows are widened into an f32 scratch and
@@ -15,12 +15,12 @@ use rayon::prelude::*;
 
 use super::aligned::{Aligned, aligned};
 use super::dispatch::{Activations, KernelPath, activations, active};
-use super::int8_lanes::matmul_int8;
 use super::packed::{BLOCK, PackedMatrix};
 use super::strided_gemm::{View, gemm_into};
 use super::tiling::ROW_PANEL;
 use super::token_lanes::matmul_token_lanes;
 pub(super) use super::widen::widen_row_on;
+use crate::kernels::int8::lanes::matmul_int8;
 
 /// From this many tokens on, widening a panel once and running a tuned f32 GEMM beats the
 /// register-tile kernel (measured with `bench_engine`: see docs/08-performance.md).

@@ -4,10 +4,6 @@
 pub mod activation;
 mod aligned;
 pub mod attention;
-mod attention_flash;
-mod attention_piece;
-mod attention_split;
-mod attention_types;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -17,12 +13,7 @@ pub mod exp;
 #[cfg(target_arch = "x86_64")]
 mod format_codes;
 mod ggml_type;
-pub mod int8_lanes;
-mod int8_layout;
-#[cfg(test)]
-mod int8_tests;
-#[cfg(target_arch = "x86_64")]
-mod int8_vnni;
+pub mod int8;
 pub mod matmul;
 pub mod packed;
 mod repack;

@@ -75,7 +75,7 @@ pub struct PackedMatrix {
     /// `[rows, cols / 32, quant_bytes]`
     pub quants: Vec<u8>,
     /// What the int8 activation mode derives from the values on its first call
-    /// (`int8_layout.rs`); empty until then, and never in the f32 mode.
+    /// (`int8/layout.rs`); empty until then, and never in the f32 mode.
     pub int8_cache: Int8Cache,
 }
 

@@ -3,7 +3,7 @@
 //! publisher (module `kv_events`) writes them in vLLM's wire format. A router replaying them
 //! in order holds exactly the set of hashes the prefix cache holds.
 
-use super::block_hash::BlockHash;
+use super::block::hash::BlockHash;
 
 /// Where a block's KV lives (vLLM's `medium`): the engine's own pool, or the host swap pool
 /// a request's blocks move to when it is preempted by swapping.

@@ -1,8 +1,7 @@
 //! The paged KV cache: block bookkeeping (pure) and the device tensors (executor-owned).
 
 pub mod backend_ops;
-pub mod block_hash;
-pub mod block_manager;
+pub mod block;
 pub mod capacity;
 pub mod device_cache;
 pub mod events;

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::block_hash::BlockHash;
+use super::block::hash::BlockHash;
 use super::events::{KvEventLog, Medium};
 
 /// One swapped-out request.

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::rope_scaling::RopeScaling;
+use super::rope::scaling::RopeScaling;
 
 /// Hyper-parameters the forward pass needs; built from GGUF metadata or `config.json`.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,7 @@ use super::arch::{self, Metadata};
 use super::config::{HfConfig, ModelConfig};
 use super::error::ModelError;
 use super::gguf::GgufFile;
-use super::rope_scaling::RopeScaling;
+use super::rope::scaling::RopeScaling;
 use super::sources::{GgufWeights, SafetensorsWeights};
 use super::weights::WeightSource;
 use crate::tokenizer::{SpecialTokens, hf_folder_tokenizer, token_id_bound, tokenizer_from_vocab};

@@ -4,8 +4,6 @@
 pub mod arch;
 pub mod attention;
 pub mod chat_template;
-mod chat_template_limits;
-pub mod chat_template_source;
 pub mod config;
 pub mod decoder;
 pub mod error;
@@ -16,7 +14,6 @@ pub mod known_models;
 pub mod loader;
 pub mod projection;
 pub mod rope;
-pub mod rope_scaling;
 pub mod sources;
 mod tensor_ops;
 pub mod transformer;

@@ -5,11 +5,8 @@ mod ahead_timer;
 mod in_flight;
 pub mod policy;
 pub mod request;
-pub mod step_budget;
-mod step_log;
-pub mod step_loop;
-pub mod step_time;
+pub mod step;
 
 pub use policy::{PreemptionMode, Scheduler, SchedulerConfig, StepResult, StepSharing};
 pub use request::NewRequest;
-pub use step_loop::{ReturnedStep, StepFailure, StepLoop};
+pub use step::run_loop::{ReturnedStep, StepFailure, StepLoop};

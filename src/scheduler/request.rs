@@ -9,7 +9,7 @@ use crate::engine::sampling_params::SamplingParams;
 use crate::engine::timeline::{PrefillChunk, RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
-use crate::kv_cache::block_hash::{BlockHash, hash_block};
+use crate::kv_cache::block::hash::{BlockHash, hash_block};
 
 pub use crate::engine::request::NewRequest;
 

@@ -37,7 +37,7 @@ use crate::stats::buckets::HistogramBuckets;
 use crate::stats::export_health::ExportOutcomes;
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
-use crate::stats::otlp::build_otlp_reader;
+use crate::stats::otlp_push::build_otlp_reader;
 use crate::stats::span_exports::{SpanExportCounters, register_span_export_counters};
 use crate::traces::Tracer;
 use access::Access;

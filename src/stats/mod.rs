@@ -19,7 +19,7 @@ pub mod instruments;
 mod kv_offload;
 pub mod metrics_endpoint;
 pub mod native_buckets;
-pub mod otlp;
+pub mod otlp_push;
 pub mod prom_proto;
 pub mod prompt_source;
 pub mod protobuf_exposition;

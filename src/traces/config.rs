@@ -6,7 +6,7 @@
 
 use opentelemetry_sdk::trace::Sampler;
 
-use crate::stats::otlp::{OtlpConfig, OtlpError, OtlpProtocol, OtlpSignal, signal_config_from_lookup};
+use crate::otlp::{OtlpConfig, OtlpError, OtlpProtocol, OtlpSignal, signal_config_from_lookup};
 
 /// Spans waiting for export by default; more are dropped (and counted).
 pub const DEFAULT_QUEUE_SIZE: usize = 2048;
@@ -125,7 +125,7 @@ pub fn traces_config_from_lookup(
 ) -> Result<Option<TracesConfig>, TracesConfigError> {
     let base = settings.endpoint.as_ref().map(|endpoint| {
         let mut cfg = OtlpConfig::new(endpoint.clone(), settings.protocol.unwrap_or_default());
-        cfg.timeout = crate::stats::otlp::DEFAULT_TIMEOUT;
+        cfg.timeout = crate::otlp::DEFAULT_TIMEOUT;
         cfg
     });
     let Some(mut otlp) = signal_config_from_lookup(OtlpSignal::Traces, base, &lookup)? else {

@@ -20,14 +20,12 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _};
 
 use super::config::TracesConfig;
-use crate::stats::otlp::transport::{Transport, build_in_runtime};
-use crate::stats::otlp::{OtlpError, check_endpoint};
+use crate::otlp::transport::{Transport, build_in_runtime};
+use crate::otlp::{FailureLog, OtlpError, check_endpoint};
 use crate::stats::span_exports::SpanExportCounters;
 
 /// At most this many spans per export call.
 const MAX_BATCH: usize = 512;
-/// At most one failure warning per this period.
-const WARN_EVERY: Duration = Duration::from_secs(60);
 
 enum Message {
     Span(Box<SpanData>),
@@ -125,7 +123,7 @@ struct Exporter {
 }
 
 impl Exporter {
-    fn new(cfg: &crate::stats::otlp::OtlpConfig, resource: Resource) -> Result<Self, OtlpError> {
+    fn new(cfg: &crate::otlp::OtlpConfig, resource: Resource) -> Result<Self, OtlpError> {
         let build_err = |source| OtlpError::Build {
             protocol: cfg.protocol,
             endpoint: cfg.endpoint.clone(),
@@ -168,7 +166,7 @@ impl Exporter {
 
     /// Exports batches until told to stop or every sender is gone.
     fn run(self, receiver: &Receiver<Message>, counters: &SpanExportCounters) {
-        let mut failures = FailureWarnings::default();
+        let mut failures = FailureLog::default();
         let mut stopping = false;
         while !stopping {
             let Ok(first) = receiver.recv() else { break };
@@ -189,11 +187,16 @@ impl Exporter {
             match self.export(batch) {
                 Ok(()) => {
                     counters.export_succeeded();
-                    failures.success(&self.endpoint);
+                    if failures.success().is_some() {
+                        tracing::info!(target: "kiln::otlp", endpoint = %self.endpoint, "OTLP span export works again");
+                    }
                 }
                 Err(error) => {
                     counters.export_failed();
-                    failures.failure(&self.endpoint, &error);
+                    if let Some(suppressed) = failures.failure(Instant::now()) {
+                        tracing::warn!(target: "kiln::otlp", endpoint = %self.endpoint, %error, suppressed,
+                            "OTLP span export failed; spans of that batch are lost, warning at most once a minute");
+                    }
                 }
             }
         }
@@ -210,38 +213,6 @@ impl Exporter {
                     .unwrap_or(Err(OTelSdkError::Timeout(self.timeout)))
             }),
             None => futures_executor::block_on(self.inner.export(batch)),
-        }
-    }
-}
-
-/// One warning per `WARN_EVERY` while exports fail, and one line when they work again.
-#[derive(Default)]
-struct FailureWarnings {
-    last_warn: Option<Instant>,
-    suppressed: u64,
-    warned: bool,
-}
-
-impl FailureWarnings {
-    fn failure(&mut self, endpoint: &str, error: &OTelSdkError) {
-        let now = Instant::now();
-        if self
-            .last_warn
-            .is_some_and(|t| now.saturating_duration_since(t) < WARN_EVERY)
-        {
-            self.suppressed += 1;
-            return;
-        }
-        let suppressed = std::mem::take(&mut self.suppressed);
-        self.last_warn = Some(now);
-        self.warned = true;
-        tracing::warn!(target: "kiln::otlp", endpoint, %error, suppressed,
-            "OTLP span export failed; spans of that batch are lost, warning at most once a minute");
-    }
-
-    fn success(&mut self, endpoint: &str) {
-        if std::mem::take(&mut self.warned) {
-            tracing::info!(target: "kiln::otlp", endpoint, "OTLP span export works again");
         }
     }
 }

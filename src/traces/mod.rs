@@ -17,7 +17,7 @@ use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, Sampler, Sampling
 
 use std::sync::Arc;
 
-use crate::stats::otlp::OtlpError;
+use crate::otlp::OtlpError;
 use crate::stats::span_exports::SpanExportCounters;
 use config::{TracesConfig, TracesDetail};
 use export::SpanQueue;

@@ -40,7 +40,7 @@ def hash_as_u64(raw):
 
 
 def kiln_block_hash(parent, tokens):
-    """kiln's documented block hash (src/kv_cache/block_hash.rs), computed independently."""
+    """kiln's documented block hash (src/kv_cache/block/hash.rs), computed independently."""
     data = struct.pack(">Q", parent or 0) + b"".join(struct.pack("<I", t) for t in tokens)
     return int.from_bytes(hashlib.sha256(data).digest()[-8:], "big")
 

@@ -8,7 +8,6 @@
 //! module exposes shapes outermost first (row-major), as the rest of kiln expects.
 
 mod dequant;
-mod dequant_more;
 mod parse;
 mod reader;
 #[cfg(test)]

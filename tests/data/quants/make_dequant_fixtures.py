@@ -1,4 +1,4 @@
-"""Reference dequantisations for src/model/gguf/dequant_more_tests.rs: blocks of random bytes of each
+"""Reference dequantisations for src/model/gguf/dequant/widened/tests.rs: blocks of random bytes of each
 ggml type kiln widens at load, and what gguf-py's `gguf.quants.dequantize` makes of them,
 written to dequant-reference.json (bytes and f32 bit patterns, hex).
 

@@ -1,0 +1,5 @@
+//! Quantised GGUF files, made by llama.cpp's own tools, against their references.
+
+mod k_parity;
+mod q4km;
+mod types;
