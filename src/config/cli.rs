@@ -106,10 +106,7 @@ impl GivenSettings {
 impl ServeArgs {
     /// Defaults, then the file, then `between` (the standard `OTEL_*` variables, which sit
     /// under kiln's own), then the flags and `KILN_*` variables; checked.
-    pub fn resolve(
-        &self,
-        between: impl FnOnce(&mut Config) -> Result<(), ConfigError>,
-    ) -> Result<Config, ConfigError> {
+    pub fn resolve(&self, between: impl FnOnce(&mut Config) -> Result<(), ConfigError>) -> Result<Config, ConfigError> {
         let mut c = match &self.config {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
@@ -119,8 +116,7 @@ impl ServeArgs {
         if self.no_enable_prefix_caching {
             c.engine.enable_prefix_caching = false;
         }
-        c.security
-            .fall_back_to_vllm_api_key(std::env::var("VLLM_API_KEY").ok());
+        c.security.fall_back_to_vllm_api_key(std::env::var("VLLM_API_KEY").ok());
         c.validate()?;
         Ok(c)
     }
@@ -200,12 +196,20 @@ mod tests {
         let file = "[model]\ndequantize_weights = true\n[telemetry]\nenabled = false\n\
                     otlp_headers = [\"a=1\", \"b=2\"]\n[engine]\nenable_prefix_caching = false\n";
         std::fs::write(&path, file).expect("write");
-        let c = serve(&["--config", path.to_str().unwrap()]).resolve(no_otel).expect("valid");
-        assert!(c.model.dequantize_weights && !c.telemetry.enabled && !c.engine.enable_prefix_caching);
-        assert_eq!(c.telemetry.otlp_headers, ["a=1", "b=2"]);
-        let c = serve(&["--config", path.to_str().unwrap(), "--otlp-header", "B=3", "--enable-prefix-caching"])
+        let c = serve(&["--config", path.to_str().unwrap()])
             .resolve(no_otel)
             .expect("valid");
+        assert!(c.model.dequantize_weights && !c.telemetry.enabled && !c.engine.enable_prefix_caching);
+        assert_eq!(c.telemetry.otlp_headers, ["a=1", "b=2"]);
+        let c = serve(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--otlp-header",
+            "B=3",
+            "--enable-prefix-caching",
+        ])
+        .resolve(no_otel)
+        .expect("valid");
         assert_eq!(c.telemetry.otlp_headers, ["a=1", "B=3"]);
         assert!(c.engine.enable_prefix_caching);
         let c = serve(&["--disable-telemetry"]).resolve(no_otel).expect("valid");

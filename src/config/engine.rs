@@ -115,7 +115,10 @@ impl EngineConfig {
             return Err(invalid("engine.max_waiting", "must be at least 1"));
         }
         if !(self.step_timeout_s >= 0.0 && self.step_timeout_s.is_finite()) {
-            return Err(invalid("engine.step_timeout_s", "must be a number of seconds, 0 or more"));
+            return Err(invalid(
+                "engine.step_timeout_s",
+                "must be a number of seconds, 0 or more",
+            ));
         }
         Ok(())
     }

@@ -29,7 +29,11 @@ pub struct LimitsConfig {
     #[arg(long, env = "KILN_MAX_PROMPT_LOGPROB_ENTRIES")]
     pub max_prompt_logprob_entries: usize,
     /// Seconds a constraint may take to compile before the request gets 400.
-    #[arg(long = "grammar-compile-timeout", env = "KILN_GRAMMAR_COMPILE_TIMEOUT", value_name = "SECS")]
+    #[arg(
+        long = "grammar-compile-timeout",
+        env = "KILN_GRAMMAR_COMPILE_TIMEOUT",
+        value_name = "SECS"
+    )]
     pub grammar_compile_timeout_s: f64,
     /// Compiled grammars kept for reuse.
     #[arg(long, env = "KILN_GRAMMAR_CACHE_SIZE")]

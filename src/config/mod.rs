@@ -4,7 +4,10 @@
 //! section's `Default` holds its default. Precedence: built-in defaults < config file
 //! (`--config`) < environment (`KILN_…`) < command-line flags (clap merges the last two;
 //! `cli::ServeArgs::resolve` puts them over the file). This module imports no subsystem:
-//! subsystems read their section, or a type declared here.
+//! subsystems read their section, or a type declared here. A section is `XxxConfig`, or
+//! `XxxSettings` where a subsystem's own configuration has that name
+//! (`model::config::ModelConfig`, `stats::exporter::TelemetryConfig`,
+//! `scheduler::SchedulerConfig`).
 
 mod bytes;
 mod choices;
@@ -149,7 +152,10 @@ mod tests {
         for arg in flags.get_arguments() {
             let id = arg.get_id().as_str();
             let long = arg.get_long().unwrap_or_else(|| panic!("{id} has a flag"));
-            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_else(|| panic!("{id}: a variable"));
+            let env = arg
+                .get_env()
+                .and_then(|e| e.to_str())
+                .unwrap_or_else(|| panic!("{id}: a variable"));
             let want = match long {
                 "otlp-header" => "KILN_OTLP_HEADERS".to_string(),
                 _ => format!("KILN_{}", long.to_uppercase().replace('-', "_")),
@@ -173,7 +179,10 @@ mod tests {
         if lines[at].starts_with('[') {
             return lines[at + 1..].iter().take_while(comment).copied().collect();
         }
-        let above = lines[..at].iter().rev().skip_while(|l| l.contains(" = ") && !l.starts_with('#'));
+        let above = lines[..at]
+            .iter()
+            .rev()
+            .skip_while(|l| l.contains(" = ") && !l.starts_with('#'));
         above.take_while(comment).copied().collect()
     }
 

@@ -31,16 +31,32 @@ pub struct ServerConfig {
     #[arg(long, env = "KILN_ENABLE_TOKENIZER_INFO_ENDPOINT")]
     pub enable_tokenizer_info_endpoint: bool,
     /// Seconds running requests get to finish after SIGTERM before they are aborted.
-    #[arg(long = "shutdown-grace-period", env = "KILN_SHUTDOWN_GRACE_PERIOD", value_name = "SECS")]
+    #[arg(
+        long = "shutdown-grace-period",
+        env = "KILN_SHUTDOWN_GRACE_PERIOD",
+        value_name = "SECS"
+    )]
     pub shutdown_grace_period_s: f64,
     /// Seconds a client may take to send a request's head (then 408).
-    #[arg(long = "request-head-timeout", env = "KILN_REQUEST_HEAD_TIMEOUT", value_name = "SECS")]
+    #[arg(
+        long = "request-head-timeout",
+        env = "KILN_REQUEST_HEAD_TIMEOUT",
+        value_name = "SECS"
+    )]
     pub request_head_timeout_s: f64,
     /// Seconds a client may take to send a request's body (then 408).
-    #[arg(long = "request-body-timeout", env = "KILN_REQUEST_BODY_TIMEOUT", value_name = "SECS")]
+    #[arg(
+        long = "request-body-timeout",
+        env = "KILN_REQUEST_BODY_TIMEOUT",
+        value_name = "SECS"
+    )]
     pub request_body_timeout_s: f64,
     /// Seconds a streaming client may stop reading before its request is aborted.
-    #[arg(long = "stream-stall-timeout", env = "KILN_STREAM_STALL_TIMEOUT", value_name = "SECS")]
+    #[arg(
+        long = "stream-stall-timeout",
+        env = "KILN_STREAM_STALL_TIMEOUT",
+        value_name = "SECS"
+    )]
     pub stream_stall_timeout_s: f64,
     /// Kernel send buffer of each client connection in bytes (0: kernel autotuning). Bounds
     /// what a client that stops reading can pile up.

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 
+use clap::builder::{BoolValueParser, TypedValueParser};
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
@@ -17,7 +18,7 @@ pub const DEFAULT_TRACES_QUEUE_SIZE: usize = 2048;
 pub struct TelemetrySettings {
     /// Record metrics; `--disable-telemetry` turns them off (to measure their cost).
     #[arg(long = "disable-telemetry", env = "KILN_DISABLE_TELEMETRY", action = clap::ArgAction::SetTrue,
-          value_parser = clap::builder::BoolValueParser::new().map(|disable| !disable))]
+          value_parser = TypedValueParser::map(BoolValueParser::new(), |disable: bool| !disable))]
     pub enabled: bool,
     /// Prefix of the engine metrics (default `vllm:`; `kiln_` is lint-clean).
     #[arg(long, env = "KILN_ENGINE_PREFIX")]
@@ -44,7 +45,12 @@ pub struct TelemetrySettings {
     pub otlp_timeout_s: f64,
     /// An OTLP request header, NAME=VALUE (repeatable); a flag's header replaces the file's
     /// header of that name.
-    #[arg(long = "otlp-header", env = "KILN_OTLP_HEADERS", value_delimiter = ',', value_name = "NAME=VALUE")]
+    #[arg(
+        long = "otlp-header",
+        env = "KILN_OTLP_HEADERS",
+        value_delimiter = ',',
+        value_name = "NAME=VALUE"
+    )]
     pub otlp_headers: Vec<String>,
     /// cumulative or delta.
     #[arg(long, env = "KILN_OTLP_TEMPORALITY")]

@@ -79,10 +79,7 @@ pub fn push_histograms(
 
 /// Applies the standard `OTEL_EXPORTER_OTLP_*` / `OTEL_METRIC_EXPORT_INTERVAL` variables
 /// (read through `lookup`) over the file's OTLP settings; kiln's flags come after.
-pub fn apply_otel_env(
-    t: &mut TelemetrySettings,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
+pub fn apply_otel_env(t: &mut TelemetrySettings, lookup: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
     let env_endpoint = ["OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
         .iter()
         .any(|v| lookup(v).is_some_and(|e| !e.trim().is_empty()));

@@ -49,10 +49,7 @@ struct Comparison {
     agreement: Vec<(String, usize, usize)>,
 }
 
-fn engine(
-    path: &Path,
-    mode: Activations,
-) -> (kiln::scheduler::Scheduler, kiln::executor::model_runner::ModelRunner) {
+fn engine(path: &Path, mode: Activations) -> (kiln::scheduler::Scheduler, kiln::executor::model_runner::ModelRunner) {
     direct_engine(path, |c| {
         c.engine.cpu_activations = mode;
         // Every prompt prefilled side by side in the first step (int8 needs 16 tokens).
