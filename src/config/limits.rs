@@ -23,9 +23,9 @@ pub struct LimitsConfig {
     /// Most bytes of a request's output constraint (JSON schema, regex, grammar, choices).
     #[arg(long, env = "KILN_MAX_STRUCTURED_OUTPUT_BYTES")]
     pub max_structured_output_bytes: usize,
-    /// Most prompt-logprob entries one request may ask for: prompt tokens × (prompt_logprobs
-    /// + 1) × n (echo with logprobs counts as prompt_logprobs), each computed, decoded and
-    /// written.
+    /// Most prompt-logprob entries one request may ask for, each computed, decoded and
+    /// written: prompt tokens × (prompt_logprobs + 1) × n (echo with logprobs counts as
+    /// prompt_logprobs).
     #[arg(long, env = "KILN_MAX_PROMPT_LOGPROB_ENTRIES")]
     pub max_prompt_logprob_entries: usize,
     /// Seconds a constraint may take to compile before the request gets 400.
