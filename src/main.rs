@@ -12,8 +12,7 @@ fn main() -> ExitCode {
     let json = matches!(&cli.command, Command::Serve(args) if args.log_format.as_deref() == Some("json"));
     init_logging(json);
     let result = match cli.command {
-        Command::Serve(args) => args
-            .resolve()
+        Command::Serve(args) => kiln::server::resolve::resolve(&args)
             .map_err(anyhow::Error::from)
             .and_then(kiln::server::run_blocking),
         Command::FetchModel(args) => {

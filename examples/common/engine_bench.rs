@@ -47,7 +47,7 @@ pub struct Args {
     pub cpu_kernels: kiln::config::CpuKernels,
     /// Activations in the many-token matmuls: f32 or int8 (as `kiln serve --cpu-activations`).
     #[arg(long, value_enum, default_value = "f32")]
-    pub cpu_activations: kiln::config::CpuActivations,
+    pub cpu_activations: kiln::config::Activations,
     /// Context length of the long-context decode case (its prompt is prefilled first); 0
     /// skips it.
     #[arg(long, default_value_t = 4096)]
@@ -145,15 +145,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let flops_per_token = 2.0 * (cfg.num_layers * per_layer) as f64;
     let head_flops = 2.0 * (cfg.hidden_size * cfg.vocab_size) as f64;
     let mut report = serde_json::Map::new();
-    let kernels = args.cpu_kernels.path().map_err(anyhow::Error::msg)?;
+    let kernels = kiln::kernels::KernelPath::chosen(args.cpu_kernels).map_err(anyhow::Error::msg)?;
     kiln::kernels::dispatch::set_active(kernels);
     println!("CPU kernels: {}", kernels.name());
     report.insert("cpu".into(), cpu_info::cpu_info());
     report.insert("cpu_kernels".into(), kernels.name().into());
-    kiln::kernels::dispatch::set_activations(args.cpu_activations.mode());
+    kiln::kernels::dispatch::set_activations(args.cpu_activations);
     let activations = match args.cpu_activations {
-        kiln::config::CpuActivations::F32 => "f32".to_string(),
-        kiln::config::CpuActivations::Int8 => {
+        kiln::config::Activations::F32 => "f32".to_string(),
+        kiln::config::Activations::Int8 => {
             format!("int8 ({})", kiln::kernels::dispatch::int8_kernel_name(kernels))
         }
     };

@@ -2,14 +2,11 @@
 //! (clap and serde both refuse an unknown name, naming the flag or key), so nothing later
 //! compares text.
 
-use serde::{Deserialize, Deserializer};
-
-use crate::kernels::KernelPath;
-use crate::kernels::dispatch::Activations;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// What preemption does with a request's KV blocks (`engine.preemption_mode`,
 /// `--preemption-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum PreemptionMode {
     /// Free them; the request's tokens are recomputed when it runs again.
@@ -20,7 +17,7 @@ pub enum PreemptionMode {
 }
 
 /// The CPU kernels' instruction set (`engine.cpu_kernels`, `--cpu-kernels`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum CpuKernels {
     /// The best this CPU runs, detected at start.
@@ -31,27 +28,11 @@ pub enum CpuKernels {
     Portable,
 }
 
-impl CpuKernels {
-    /// The kernel path to run; an error when this CPU cannot run the one forced.
-    pub fn path(self) -> Result<KernelPath, String> {
-        let path = match self {
-            CpuKernels::Auto => return Ok(KernelPath::best()),
-            CpuKernels::Avx512 => KernelPath::Avx512,
-            CpuKernels::Avx2 => KernelPath::Avx2,
-            CpuKernels::Portable => KernelPath::Portable,
-        };
-        if !path.available() {
-            return Err(format!("this CPU cannot run the {} kernels", path.name()));
-        }
-        Ok(path)
-    }
-}
-
 /// The activations' precision in the many-token CPU matmuls (`engine.cpu_activations`,
-/// `--cpu-activations`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+/// `--cpu-activations`); the kernels read it as `kernels::dispatch::Activations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum CpuActivations {
+pub enum Activations {
     /// f32 throughout: greedy parity with the reference.
     #[default]
     F32,
@@ -60,18 +41,9 @@ pub enum CpuActivations {
     Int8,
 }
 
-impl CpuActivations {
-    pub fn mode(self) -> Activations {
-        match self {
-            CpuActivations::F32 => Activations::F32,
-            CpuActivations::Int8 => Activations::Int8,
-        }
-    }
-}
-
 /// How `auto` tool calls are read from the model's text (`model.tool_call_parser`,
 /// `--tool-call-parser`; vLLM's names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolCallParser {
     /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes, Qwen).
@@ -91,6 +63,14 @@ where
     T::deserialize(serde::de::value::StringDeserializer::new(text)).map(Some)
 }
 
+/// Writes `None` as the file's empty string, as [`empty_as_none`] reads it.
+pub(super) fn none_as_empty<S: Serializer, T: Serialize>(value: &Option<T>, serializer: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => value.serialize(serializer),
+        None => serializer.serialize_str(""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,19 +78,16 @@ mod tests {
     #[test]
     fn activation_modes_parse_by_name_and_refuse_others() {
         use clap::ValueEnum;
-        assert_eq!(CpuActivations::default().mode(), Activations::F32);
-        assert_eq!(CpuActivations::from_str("int8", false), Ok(CpuActivations::Int8));
-        assert_eq!(
-            CpuActivations::from_str("f32", false).map(CpuActivations::mode),
-            Ok(Activations::F32)
-        );
-        assert!(CpuActivations::from_str("int4", false).is_err());
+        assert_eq!(Activations::default(), Activations::F32);
+        assert_eq!(Activations::from_str("int8", false), Ok(Activations::Int8));
+        assert_eq!(Activations::from_str("f32", false), Ok(Activations::F32));
+        assert!(Activations::from_str("int4", false).is_err());
         #[derive(Deserialize)]
         struct File {
-            a: CpuActivations,
+            a: Activations,
         }
         let file: File = toml::from_str("a = \"int8\"").expect("int8 parses");
-        assert_eq!(file.a, CpuActivations::Int8);
+        assert_eq!(file.a, Activations::Int8);
         assert!(toml::from_str::<File>("a = \"fp8\"").is_err());
     }
 
@@ -119,24 +96,12 @@ mod tests {
     #[test]
     fn the_int8_help_and_guide_state_the_kernels_token_threshold() {
         use clap::ValueEnum;
-        let value = CpuActivations::Int8.to_possible_value().expect("a value");
+        let value = Activations::Int8.to_possible_value().expect("a value");
         let help = value.get_help().expect("a help text").to_string();
         let threshold = crate::kernels::matmul::INT8_MIN_TOKENS;
         assert!(help.contains(&format!("at {threshold} or more tokens")), "{help}");
         let guide = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/02-configuration.md");
         let guide = std::fs::read_to_string(guide).expect("docs/02-configuration.md");
         assert!(guide.contains(&format!("of {threshold} or more tokens a step")));
-    }
-
-    #[test]
-    fn every_forced_kernel_path_is_refused_exactly_when_this_cpu_lacks_it() {
-        assert_eq!(CpuKernels::Auto.path(), Ok(KernelPath::best()));
-        assert_eq!(CpuKernels::Portable.path(), Ok(KernelPath::Portable));
-        for (choice, path) in [
-            (CpuKernels::Avx512, KernelPath::Avx512),
-            (CpuKernels::Avx2, KernelPath::Avx2),
-        ] {
-            assert_eq!(choice.path().is_ok(), path.available(), "{choice:?}");
-        }
     }
 }

@@ -1,11 +1,12 @@
 //! `[kv_events]` / `--kv-events-config`: vLLM's `KVEventsConfig`, same keys, same JSON, same
 //! defaults, so a deployment's vLLM flag works unchanged on kiln.
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::{ConfigError, invalid};
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// Its flag takes the whole section as vLLM's JSON (`Config::kv_events`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct KvEventsConfig {
     /// Publish the prefix cache's block stores, evictions and clears.

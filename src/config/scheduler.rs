@@ -3,22 +3,27 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Scheduler")]
 pub struct SchedulerSettings {
-    /// Predicted wall time one step may take; prefill chunks are sized to fit it. 0: no time
-    /// budget (the token budget `max_num_batched_tokens` alone).
+    /// Predicted wall time one engine step may take, in ms; prefill chunks are sized to fit
+    /// it (0: no time budget, the token budget --max-num-batched-tokens alone).
+    #[arg(long, env = "KILN_MAX_STEP_MS")]
     pub max_step_ms: f64,
     /// Prompts prefilled side by side in one step (vLLM's `--max-num-partial-prefills`).
+    #[arg(long, env = "KILN_MAX_NUM_PARTIAL_PREFILLS")]
     pub max_num_partial_prefills: usize,
-    /// Of those, long ones (vLLM's `--max-long-partial-prefills`).
+    /// Long prompts prefilled side by side in one step (vLLM's `--max-long-partial-prefills`).
+    #[arg(long, env = "KILN_MAX_LONG_PARTIAL_PREFILLS")]
     pub max_long_partial_prefills: usize,
-    /// More prompt tokens than this, computed ones included, make a prompt long; 0: 4 % of
-    /// `max_model_len` (vLLM's rule), at least 64.
+    /// Prompts of more tokens than this are long, the tokens already computed included (0: 4%
+    /// of max_model_len, vLLM's rule, at least 64).
+    #[arg(long, env = "KILN_LONG_PREFILL_TOKEN_THRESHOLD")]
     pub long_prefill_token_threshold: usize,
 }
 

@@ -2,35 +2,58 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, invalid};
 
-#[derive(Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize, Serialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
+#[command(next_help_heading = "Security")]
 pub struct SecurityConfig {
-    /// Accepted API keys; any one of them passes. Empty (and no key file): no authentication.
+    /// An accepted API key (repeatable); clients send `Authorization: Bearer KEY`; none (and
+    /// no key file): no authentication. Prefer --api-key-file or KILN_API_KEY: a flag shows in
+    /// the process list. VLLM_API_KEY is read when no key is set any other way.
+    #[arg(long = "api-key", env = "KILN_API_KEY", value_name = "KEY")]
     pub api_keys: Vec<String>,
-    /// A file of further keys, one a line (blank lines and `#` comments skipped), so keys stay
-    /// out of the process list and the config file.
+    /// A file of further API keys, one a line (blank lines and `#` comments skipped), so keys
+    /// stay out of the process list and the config file.
+    #[arg(long, env = "KILN_API_KEY_FILE")]
     pub api_key_file: String,
-    /// CORS origins allowed to call the API from a browser; `*` is any.
-    pub allowed_origins: Vec<String>,
-    /// CORS methods; `*` is any.
-    pub allowed_methods: Vec<String>,
-    /// CORS request headers; `*` is any.
-    pub allowed_headers: Vec<String>,
-    /// Let browsers send cookies and credentials cross-origin.
+    /// CORS origins allowed to call the API from a browser, as a JSON list (vLLM's form, e.g.
+    /// '["https://app.example"]') or comma-separated; `*` is any.
+    #[arg(long, env = "KILN_ALLOWED_ORIGINS", value_parser = parse_list)]
+    pub allowed_origins: ::std::vec::Vec<String>,
+    /// CORS methods, JSON list or comma-separated; `*` is any.
+    #[arg(long, env = "KILN_ALLOWED_METHODS", value_parser = parse_list)]
+    pub allowed_methods: ::std::vec::Vec<String>,
+    /// CORS request headers, JSON list or comma-separated; `*` is any.
+    #[arg(long, env = "KILN_ALLOWED_HEADERS", value_parser = parse_list)]
+    pub allowed_headers: ::std::vec::Vec<String>,
+    /// Allow credentials (cookies, authorization) on cross-origin requests.
+    #[arg(long, env = "KILN_ALLOW_CREDENTIALS")]
     pub allow_credentials: bool,
-    /// PEM private key; with `ssl_certfile`, serve HTTPS (both listeners).
+    /// PEM private key; with --ssl-certfile, serve HTTPS (both listeners).
+    #[arg(long, env = "KILN_SSL_KEYFILE")]
     pub ssl_keyfile: String,
-    /// PEM certificate chain, leaf first.
+    /// PEM certificate chain for HTTPS, leaf first.
+    #[arg(long, env = "KILN_SSL_CERTFILE")]
     pub ssl_certfile: String,
     /// PEM CA certificates that client certificates are checked against.
+    #[arg(long, env = "KILN_SSL_CA_CERTS")]
     pub ssl_ca_certs: String,
-    /// Client certificates: "none" (0), "optional" (1) or "required" (2), as vLLM's
-    /// `--ssl-cert-reqs` (Python's `ssl.CERT_*`).
+    /// Client certificates: 0/none, 1/optional, 2/required, as vLLM's `--ssl-cert-reqs`
+    /// (Python's `ssl.CERT_*`).
+    #[arg(long, env = "KILN_SSL_CERT_REQS")]
     pub ssl_cert_reqs: String,
+}
+
+/// A JSON list of strings, or a comma-separated list.
+fn parse_list(text: &str) -> Result<Vec<String>, String> {
+    let text = text.trim();
+    if text.starts_with('[') {
+        return serde_json::from_str(text).map_err(|e| format!("not a JSON list of strings: {e}"));
+    }
+    Ok(text.split(',').map(|v| v.trim().to_string()).collect())
 }
 
 impl Default for SecurityConfig {
@@ -78,6 +101,16 @@ pub enum ClientCertificates {
 }
 
 impl SecurityConfig {
+    /// `VLLM_API_KEY`'s key, only when no key is configured otherwise.
+    pub fn fall_back_to_vllm_api_key(&mut self, vllm_api_key: Option<String>) {
+        if self.api_keys.is_empty()
+            && self.api_key_file.is_empty()
+            && let Some(key) = vllm_api_key.filter(|k| !k.is_empty())
+        {
+            self.api_keys = vec![key];
+        }
+    }
+
     /// `api_keys` plus the keys in `api_key_file`.
     pub fn all_api_keys(&self) -> Result<Vec<String>, ConfigError> {
         let mut keys = self.api_keys.clone();
@@ -218,6 +251,29 @@ mod tests {
             ..base()
         });
         assert!(e.contains("security.api_keys"), "{e}");
+    }
+
+    #[test]
+    fn lists_are_json_or_comma_separated() {
+        assert_eq!(
+            parse_list(r#"["https://a", "http://b:8080"]"#).unwrap(),
+            ["https://a", "http://b:8080"]
+        );
+        assert_eq!(parse_list("GET, POST").unwrap(), ["GET", "POST"]);
+        assert!(parse_list("[not json").is_err());
+    }
+
+    #[test]
+    fn vllm_api_key_is_a_fallback_only() {
+        let mut s = SecurityConfig::default();
+        s.fall_back_to_vllm_api_key(Some("from-vllm".into()));
+        assert_eq!(s.api_keys, ["from-vllm"]);
+        let mut s = SecurityConfig {
+            api_keys: vec!["mine".into()],
+            ..SecurityConfig::default()
+        };
+        s.fall_back_to_vllm_api_key(Some("from-vllm".into()));
+        assert_eq!(s.api_keys, ["mine"]);
     }
 
     #[test]

@@ -7,6 +7,10 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
+/// The activations' precision is a setting (`--cpu-activations`), declared with it.
+pub use crate::config::Activations;
+use crate::config::CpuKernels;
+
 /// One kernel path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelPath {
@@ -48,6 +52,21 @@ impl KernelPath {
             .into_iter()
             .find(|p| p.available())
             .unwrap_or(KernelPath::Portable)
+    }
+
+    /// The path `--cpu-kernels` chose: `auto` is the best; a path this CPU cannot run is
+    /// refused.
+    pub fn chosen(choice: CpuKernels) -> Result<KernelPath, String> {
+        let path = match choice {
+            CpuKernels::Auto => return Ok(Self::best()),
+            CpuKernels::Avx512 => KernelPath::Avx512,
+            CpuKernels::Avx2 => KernelPath::Avx2,
+            CpuKernels::Portable => KernelPath::Portable,
+        };
+        if !path.available() {
+            return Err(format!("this CPU cannot run the {} kernels", path.name()));
+        }
+        Ok(path)
     }
 
     /// `auto` (the best) or a path by name; a path this CPU cannot run is refused.
@@ -95,15 +114,6 @@ pub fn active() -> KernelPath {
             best
         }
     }
-}
-
-/// The activations' precision in the many-token matmuls (`--cpu-activations`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activations {
-    /// f32 throughout (the default; greedy parity with the reference).
-    F32,
-    /// Quantised to 8 bits per group of columns, multiplied with integer dot products.
-    Int8,
 }
 
 /// 0: f32 (the default), 1: int8.
@@ -183,5 +193,17 @@ mod tests {
             assert_eq!(KernelPath::choose(path.name()).is_ok(), path.available(), "{path:?}");
         }
         assert!(KernelPath::best().available());
+    }
+
+    #[test]
+    fn every_forced_kernel_path_is_refused_exactly_when_this_cpu_lacks_it() {
+        assert_eq!(KernelPath::chosen(CpuKernels::Auto), Ok(KernelPath::best()));
+        assert_eq!(KernelPath::chosen(CpuKernels::Portable), Ok(KernelPath::Portable));
+        for (choice, path) in [
+            (CpuKernels::Avx512, KernelPath::Avx512),
+            (CpuKernels::Avx2, KernelPath::Avx2),
+        ] {
+            assert_eq!(KernelPath::chosen(choice).is_ok(), path.available(), "{choice:?}");
+        }
     }
 }

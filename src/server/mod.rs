@@ -11,6 +11,7 @@ mod listeners;
 pub mod load_gate;
 mod loading;
 mod prepare;
+pub mod resolve;
 mod tls;
 
 use std::net::{SocketAddr, TcpListener};
@@ -160,7 +161,7 @@ async fn start_on<E: Executor>(
     access: Access,
 ) -> anyhow::Result<RunningServer> {
     let metric_exports = Arc::new(ExportOutcomes::default());
-    let push_readers = match config.otlp().map_err(anyhow::Error::msg)? {
+    let push_readers = match resolve::otlp_push(&config.telemetry)? {
         Some(otlp) => {
             tracing::info!(endpoint = %otlp.endpoint, protocol = otlp.protocol.as_str(), "pushing metrics over OTLP");
             vec![build_otlp_reader(&otlp, metric_exports.clone())?]
@@ -182,7 +183,7 @@ async fn start_on<E: Executor>(
         },
         kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
         mfu_metrics: prepared.scheduler.step_cost.is_some(),
-        push_histograms: config.otlp_histogram_aggregation().map_err(anyhow::Error::msg)?,
+        push_histograms: resolve::push_histograms(&config.telemetry, |name| std::env::var(name).ok())?,
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
@@ -301,7 +302,7 @@ fn start_tracer(
 ) -> anyhow::Result<Option<Arc<Tracer>>> {
     let counters = Arc::new(SpanExportCounters::default());
     register_span_export_counters(telemetry, &counters);
-    let Some(traces) = config.traces(|name| std::env::var(name).ok())? else {
+    let Some(traces) = resolve::traces(&config.telemetry, |name| std::env::var(name).ok())? else {
         return Ok(None);
     };
     tracing::info!(endpoint = %traces.otlp.endpoint, protocol = traces.otlp.protocol.as_str(),

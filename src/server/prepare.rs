@@ -10,12 +10,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::PreparedEngine;
 use crate::api::ServedModel;
 use crate::api::tokenizer_info::{TokenizerConfigSource, tokenizer_config};
-use crate::config::{Config, CpuActivations};
+use crate::config::{Activations, Config};
 use crate::executor::Executor;
 use crate::executor::model_runner::ModelRunner;
 use crate::grammar::{GrammarCompiler, GrammarLimits, VocabularySpec, token_env};
 use crate::kernels::KernelPath;
-use crate::kernels::dispatch::{Activations, int8_kernel_name, int8_vnni_on};
+use crate::kernels::dispatch::{int8_kernel_name, int8_vnni_on};
 use crate::kernels::matmul::INT8_MIN_TOKENS;
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
@@ -109,7 +109,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
 /// Sets the CPU kernels' instruction set and activations for the process, logs them with
 /// what the CPU has, and returns the activations the model runs in.
 fn select_cpu_kernels(config: &Config) -> anyhow::Result<Activations> {
-    let path = config.engine.cpu_kernels.path().map_err(anyhow::Error::msg)?;
+    let path = KernelPath::chosen(config.engine.cpu_kernels).map_err(anyhow::Error::msg)?;
     crate::kernels::dispatch::set_active(path);
     let available: Vec<&str> = KernelPath::ALL
         .into_iter()
@@ -126,20 +126,20 @@ fn select_cpu_kernels(config: &Config) -> anyhow::Result<Activations> {
 /// VNNI on the AVX-512 path). Elsewhere int8 would run the portable integer kernel, the
 /// reference: 30-40x slower than the f32 AVX2 kernels (docs/08, "Opt-in 8-bit activations"),
 /// so the model stays in f32 with a warning.
-fn cpu_activations(requested: CpuActivations, path: KernelPath) -> Activations {
+fn cpu_activations(requested: Activations, path: KernelPath) -> Activations {
     match requested {
-        CpuActivations::F32 => {
+        Activations::F32 => {
             tracing::info!("CPU activations: f32");
             Activations::F32
         }
-        CpuActivations::Int8 if !int8_vnni_on(path) => {
+        Activations::Int8 if !int8_vnni_on(path) => {
             tracing::warn!(
                 kernels = path.name(),
                 "--cpu-activations int8 needs AVX-512 VNNI on the avx512 kernels; running f32 activations"
             );
             Activations::F32
         }
-        CpuActivations::Int8 => {
+        Activations::Int8 => {
             tracing::info!(
                 kernel = int8_kernel_name(path),
                 min_tokens_a_step = INT8_MIN_TOKENS,

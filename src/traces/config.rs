@@ -6,10 +6,8 @@
 
 use opentelemetry_sdk::trace::Sampler;
 
+use crate::config::TelemetrySettings;
 use crate::otlp::{OtlpConfig, OtlpError, OtlpProtocol, OtlpSignal, signal_config_from_lookup};
-
-/// Spans waiting for export by default; more are dropped (and counted).
-pub const DEFAULT_QUEUE_SIZE: usize = 2048;
 
 /// The sampler as configured (`OTEL_TRACES_SAMPLER`); `ratio` is `OTEL_TRACES_SAMPLER_ARG`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,6 +77,10 @@ pub enum TracesConfigError {
     BadRatio(String),
     #[error("--otlp-traces-queue-size must be at least 1")]
     ZeroQueue,
+    #[error("--otlp-traces-protocol: {0}")]
+    Protocol(OtlpError),
+    #[error("--otlp-traces-detail: {0}")]
+    Detail(String),
     #[error(
         "OTLP traces endpoint {endpoint:?}: port {port} is OTLP's {expected} port, but the protocol is \
          {protocol}; set --otlp-traces-protocol {expected} (or OTEL_EXPORTER_OTLP_TRACES_PROTOCOL), or \
@@ -105,26 +107,21 @@ pub struct TracesConfig {
     pub detail: TracesDetail,
 }
 
-/// kiln's own traces settings (flags or config file); the standard variables fill the rest.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TracesSettings {
-    /// `--otlp-traces-endpoint`: the exact URL (http/protobuf: including `/v1/traces`).
-    pub endpoint: Option<String>,
-    /// `--otlp-traces-protocol`.
-    pub protocol: Option<OtlpProtocol>,
-    pub queue_size: Option<usize>,
-    /// `--otlp-traces-detail`.
-    pub detail: TracesDetail,
-}
-
-/// The traces config from kiln's settings over the standard variables (read through
-/// `lookup`); `Ok(None)` when no traces endpoint is configured anywhere. Flags win.
+/// The traces config from kiln's own settings (`[telemetry]`'s `otlp_traces_*`: flags, `KILN_*`
+/// variables or config file) over the standard variables (read through `lookup`);
+/// `Ok(None)` when no traces endpoint is configured anywhere. kiln's settings win.
 pub fn traces_config_from_lookup(
-    settings: &TracesSettings,
+    settings: &TelemetrySettings,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<TracesConfig>, TracesConfigError> {
-    let base = settings.endpoint.as_ref().map(|endpoint| {
-        let mut cfg = OtlpConfig::new(endpoint.clone(), settings.protocol.unwrap_or_default());
+    let endpoint = Some(&settings.otlp_traces_endpoint).filter(|e| !e.is_empty());
+    let protocol: Option<OtlpProtocol> = match settings.otlp_traces_protocol.as_str() {
+        "" => None,
+        p => Some(p.parse().map_err(TracesConfigError::Protocol)?),
+    };
+    let detail: TracesDetail = settings.otlp_traces_detail.parse().map_err(TracesConfigError::Detail)?;
+    let base = endpoint.map(|endpoint| {
+        let mut cfg = OtlpConfig::new(endpoint.clone(), protocol.unwrap_or_default());
         cfg.timeout = crate::otlp::DEFAULT_TIMEOUT;
         cfg
     });
@@ -132,19 +129,19 @@ pub fn traces_config_from_lookup(
         return Ok(None);
     };
     // The standard variables may have replaced what the flags said: the flags win.
-    if let Some(endpoint) = &settings.endpoint {
+    if let Some(endpoint) = endpoint {
         otlp.endpoint = endpoint.clone();
     }
-    if let Some(protocol) = settings.protocol {
+    if let Some(protocol) = protocol {
         otlp.protocol = protocol;
     }
     let protocol_vars = ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"];
-    let chosen = settings.protocol.is_some()
+    let chosen = protocol.is_some()
         || protocol_vars
             .iter()
             .any(|v| lookup(v).is_some_and(|p| !p.trim().is_empty()));
     protocol_for_port(&mut otlp, chosen)?;
-    let queue_size = settings.queue_size.unwrap_or(DEFAULT_QUEUE_SIZE);
+    let queue_size = settings.otlp_traces_queue_size;
     if queue_size == 0 {
         return Err(TracesConfigError::ZeroQueue);
     }
@@ -152,7 +149,7 @@ pub fn traces_config_from_lookup(
         otlp,
         sampler: sampler_from_lookup(&lookup)?,
         queue_size,
-        detail: settings.detail,
+        detail,
     }))
 }
 
@@ -288,7 +285,7 @@ mod tests {
             "http://127.0.0.1:4318/v1/metrics",
         )];
         assert!(
-            traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+            traces_config_from_lookup(&TelemetrySettings::default(), env(&vars))
                 .unwrap()
                 .is_none()
         );
@@ -297,7 +294,7 @@ mod tests {
     #[test]
     fn the_general_endpoint_gets_the_traces_path_for_http_only() {
         let vars = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+        let cfg = traces_config_from_lookup(&TelemetrySettings::default(), env(&vars))
             .unwrap()
             .unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://collector:4318/v1/traces");
@@ -308,7 +305,7 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-team=kiln"),
             ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
         ];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+        let cfg = traces_config_from_lookup(&TelemetrySettings::default(), env(&vars))
             .unwrap()
             .unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://collector:4317");
@@ -323,14 +320,13 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://a:4318/custom"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://b:4318"),
         ];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+        let cfg = traces_config_from_lookup(&TelemetrySettings::default(), env(&vars))
             .unwrap()
             .unwrap();
         assert_eq!(cfg.otlp.endpoint, "http://a:4318/custom");
-        let flags = TracesSettings {
-            endpoint: Some("http://flag:4318/v1/traces".into()),
-            protocol: None,
-            queue_size: Some(7),
+        let flags = TelemetrySettings {
+            otlp_traces_endpoint: "http://flag:4318/v1/traces".into(),
+            otlp_traces_queue_size: 7,
             ..Default::default()
         };
         let cfg = traces_config_from_lookup(&flags, env(&vars)).unwrap().unwrap();
@@ -340,10 +336,9 @@ mod tests {
 
     #[test]
     fn a_zero_queue_or_bad_protocol_stops_startup() {
-        let flags = TracesSettings {
-            endpoint: Some("http://x:4318/v1/traces".into()),
-            protocol: None,
-            queue_size: Some(0),
+        let flags = TelemetrySettings {
+            otlp_traces_endpoint: "http://x:4318/v1/traces".into(),
+            otlp_traces_queue_size: 0,
             ..Default::default()
         };
         assert!(matches!(
@@ -354,14 +349,26 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://a:4318/v1/traces"),
             ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"),
         ];
-        let err = traces_config_from_lookup(&TracesSettings::default(), env(&vars)).unwrap_err();
+        let err = traces_config_from_lookup(&TelemetrySettings::default(), env(&vars)).unwrap_err();
         assert!(err.to_string().contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), "{err}");
+        for (protocol, detail, named) in [
+            ("http/json", "request", "--otlp-traces-protocol"),
+            ("grpc", "spans", "--otlp-traces-detail"),
+        ] {
+            let settings = TelemetrySettings {
+                otlp_traces_protocol: protocol.into(),
+                otlp_traces_detail: detail.into(),
+                ..flags.clone()
+            };
+            let err = traces_config_from_lookup(&settings, env(&[])).unwrap_err();
+            assert!(err.to_string().contains(named), "{err}");
+        }
     }
 
-    fn flag(endpoint: &str, protocol: Option<OtlpProtocol>) -> TracesSettings {
-        TracesSettings {
-            endpoint: Some(endpoint.into()),
-            protocol,
+    fn flag(endpoint: &str, protocol: Option<OtlpProtocol>) -> TelemetrySettings {
+        TelemetrySettings {
+            otlp_traces_endpoint: endpoint.into(),
+            otlp_traces_protocol: protocol.map_or("", OtlpProtocol::as_str).into(),
             ..Default::default()
         }
     }
@@ -377,7 +384,7 @@ mod tests {
         );
         // The general endpoint on the grpc port: no http path is left on it.
         let vars = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")];
-        let cfg = traces_config_from_lookup(&TracesSettings::default(), env(&vars))
+        let cfg = traces_config_from_lookup(&TelemetrySettings::default(), env(&vars))
             .unwrap()
             .unwrap();
         assert_eq!(

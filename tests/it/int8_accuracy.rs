@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use kiln::config::CpuActivations;
+use kiln::config::Activations;
 use kiln::testing::real_model::{greedy_reference, model_path};
 use kiln::testing::{direct_engine, greedy_request, run_to_completion};
 use serde_json::Value;
@@ -49,10 +49,7 @@ struct Comparison {
     agreement: Vec<(String, usize, usize)>,
 }
 
-fn engine(
-    path: &Path,
-    mode: CpuActivations,
-) -> (kiln::scheduler::Scheduler, kiln::executor::model_runner::ModelRunner) {
+fn engine(path: &Path, mode: Activations) -> (kiln::scheduler::Scheduler, kiln::executor::model_runner::ModelRunner) {
     direct_engine(path, |c| {
         c.engine.cpu_activations = mode;
         // Every prompt prefilled side by side in the first step (int8 needs 16 tokens).
@@ -66,7 +63,7 @@ fn engine(
 fn compare(path: &Path, cases: &[Value], max_tokens: u32) -> Comparison {
     // First step: every prompt prefilled in one batch, in each mode.
     let (mut logits, mut rows) = (Vec::new(), 0);
-    for mode in [CpuActivations::F32, CpuActivations::Int8] {
+    for mode in [Activations::F32, Activations::Int8] {
         let (mut scheduler, mut runner) = engine(path, mode);
         for case in cases {
             let name = case["name"].as_str().expect("name");
@@ -107,7 +104,7 @@ fn compare(path: &Path, cases: &[Value], max_tokens: u32) -> Comparison {
 
     // Greedy: every case in COPIES copies, all at once, in each mode.
     let mut runs = Vec::new();
-    for mode in [CpuActivations::F32, CpuActivations::Int8] {
+    for mode in [Activations::F32, Activations::Int8] {
         let (mut scheduler, mut runner) = engine(path, mode);
         for case in cases {
             for copy in 0..COPIES {
