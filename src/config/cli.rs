@@ -220,6 +220,9 @@ pub struct ServeArgs {
     /// Estimated FLOPs and bytes read and written per step, as vLLM's MFU metrics.
     #[arg(long, env = "KILN_ENABLE_MFU_METRICS")]
     pub enable_mfu_metrics: bool,
+    /// Classic histogram bounds per bucket family, vLLM's JSON: '{"request_latency": [0.1, 1, 10]}'.
+    #[arg(long, env = "KILN_CUSTOM_HISTOGRAM_BUCKETS")]
+    pub custom_histogram_buckets: Option<String>,
     /// Seconds running requests get to finish after SIGTERM before they are aborted.
     #[arg(long, env = "KILN_SHUTDOWN_GRACE_PERIOD")]
     pub shutdown_grace_period: Option<f64>,
@@ -361,6 +364,10 @@ impl ServeArgs {
         c.telemetry.kv_cache_metrics |= self.kv_cache_metrics;
         set(&mut c.telemetry.kv_cache_metrics_sample, &self.kv_cache_metrics_sample);
         c.telemetry.enable_mfu_metrics |= self.enable_mfu_metrics;
+        set(
+            &mut c.telemetry.custom_histogram_buckets,
+            &self.custom_histogram_buckets,
+        );
         if let Some(json) = &self.kv_events_config {
             c.kv_events = super::KvEventsConfig::from_json(json)?;
         }

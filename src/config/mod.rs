@@ -183,6 +183,8 @@ pub struct TelemetrySettings {
     pub kv_cache_metrics_sample: f64,
     /// Estimated FLOPs and bytes of every step (vLLM's `--enable-mfu-metrics`).
     pub enable_mfu_metrics: bool,
+    /// vLLM's `--custom-histogram-buckets` JSON (bucket-family key to bounds); empty: none.
+    pub custom_histogram_buckets: String,
     /// OTLP traces target, the exact URL; empty: none unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
     /// or `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Tracing is on exactly when there is one.
     pub otlp_traces_endpoint: String,
@@ -269,6 +271,7 @@ impl Default for TelemetrySettings {
             kv_cache_metrics: false,
             kv_cache_metrics_sample: 0.01,
             enable_mfu_metrics: false,
+            custom_histogram_buckets: String::new(),
             otlp_traces_endpoint: String::new(),
             otlp_traces_protocol: String::new(),
             otlp_traces_queue_size: crate::traces::config::DEFAULT_QUEUE_SIZE,
@@ -394,6 +397,8 @@ impl Config {
                 "must be a positive number of seconds",
             ));
         }
+        crate::stats::custom_buckets::CustomHistogramBuckets::parse(&t.custom_histogram_buckets)
+            .map_err(|e| invalid("telemetry.custom_histogram_buckets", e.to_string()))?;
         if !(t.kv_cache_metrics_sample > 0.0 && t.kv_cache_metrics_sample <= 1.0) {
             return Err(invalid(
                 "telemetry.kv_cache_metrics_sample",

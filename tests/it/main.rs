@@ -65,4 +65,6 @@ mod traces;
 mod traces_collector;
 mod vllm_compat;
 mod vllm_dashboards;
+mod vllm_metrics;
+mod vllm_metrics_port;
 mod vocabulary;
