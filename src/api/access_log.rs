@@ -35,7 +35,7 @@ pub struct AccessLogSettings {
     pub probes: bool,
 }
 
-const PROBES: [&str; 3] = ["/health", "/ready", "/metrics"];
+const PROBES: [&str; 4] = ["/health", "/ready", "/metrics", "/metrics/"];
 
 /// Middleware: identity in, `X-Request-Id` out, one access line when the response is done.
 pub async fn access_log(

@@ -127,6 +127,12 @@ impl ApiError {
         }
     }
 
+    /// Whether the error surfaced after generation started (the engine, or the constraint
+    /// while decoding), not in validation or admission: `request_failure_total`'s stage.
+    pub fn after_generation_started(&self) -> bool {
+        matches!(self, ApiError::EngineError(_) | ApiError::ConstraintFailed(_))
+    }
+
     /// The OpenAI `error.type`, also the `error_type` metrics label: a small
     /// closed set so label cardinality stays bounded.
     pub fn error_type(&self) -> &'static str {

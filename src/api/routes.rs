@@ -17,6 +17,9 @@ use super::tokenize::{detokenize, tokenize};
 use super::tokenizer_info::tokenizer_info as tokenizer_info_handler;
 use crate::engine::health::EngineHealth;
 
+/// Where `/metrics` answers, on the API port or a listener of its own.
+pub const METRICS_PATHS: [&str; 2] = ["/metrics", "/metrics/"];
+
 /// Every route (`/metrics` only when it is not on a listener of its own, `/tokenizer_info`
 /// only when enabled); unknown paths get an OpenAI-style 404, known paths with the wrong
 /// method a 405.
@@ -44,7 +47,15 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool, tokenize
         .service(resource!("/load", Method::GET, load))
         .service(resource!("/openapi.json", Method::GET, openapi_json));
     if metrics_on_this_port {
-        cfg.service(resource!("/metrics", Method::GET, metrics));
+        // As vLLM's mounted app answers: HEAD too (the headers, no body), and `/metrics/`.
+        let head = || web::route().method(Method::HEAD).to(metrics);
+        cfg.service(resource!("/metrics", Method::GET, metrics).route(head()));
+        cfg.service(
+            web::resource(METRICS_PATHS[1])
+                .route(web::route().method(Method::GET).to(metrics))
+                .route(head())
+                .default_service(web::to(method_not_allowed)),
+        );
     }
     if tokenizer_info {
         cfg.service(resource!("/tokenizer_info", Method::GET, tokenizer_info_handler));

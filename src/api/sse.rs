@@ -5,9 +5,11 @@
 //! the HTTP worker only forwards the bytes. When the client goes away actix drops the body,
 //! the output thread sees it and drops the choices, which aborts them in the engine.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
-use actix_web::HttpResponse;
+use actix_web::{HttpResponse, ResponseError as _};
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
@@ -89,12 +91,38 @@ pub fn sse_response<F: ChunkFormat>(
 ) -> HttpResponse {
     let handles = choices.iter().map(ChoiceStream::abort_handle).collect();
     let indices = choices.iter().map(|c| c.index).collect();
-    let merged = stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c))));
+    let failure = StreamFailure::default();
+    let seen = failure.clone();
+    let merged =
+        stream::select_all(choices.into_iter().map(|c| Box::pin(choice_items(c)))).inspect(move |(_, item)| {
+            if let Err(error) = item {
+                seen.set(error.status_code().as_u16());
+            }
+        });
     let body = formatted_on_output_thread(sse_chunks(indices, merged, prompt, usage_chunks, format));
-    HttpResponse::Ok()
+    let mut response = HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("Cache-Control", "no-cache"))
-        .streaming(watch_stalls(Box::pin(body), handles, stall_timeout))
+        .streaming(watch_stalls(Box::pin(body), handles, stall_timeout));
+    response.extensions_mut().insert(failure);
+    response
+}
+
+/// Set when a stream ends with an error event after its 200 was sent: the error's status
+/// code. The HTTP metrics middleware reads it from the response's extensions once the body
+/// has ended, for `request_failure_total{stage="streaming"}`.
+#[derive(Debug, Clone, Default)]
+pub struct StreamFailure(Arc<AtomicU16>);
+
+impl StreamFailure {
+    fn set(&self, code: u16) {
+        self.0.store(code, Ordering::Relaxed);
+    }
+
+    /// The error's status code, if the stream failed.
+    pub fn code(&self) -> Option<u16> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|code| *code != 0)
+    }
 }
 
 /// A body that forwards `chunks`, made on an output thread.

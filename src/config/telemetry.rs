@@ -69,6 +69,10 @@ pub struct TelemetrySettings {
     /// Estimated FLOPs and bytes read and written per step, as vLLM's MFU metrics.
     #[arg(long, env = "KILN_ENABLE_MFU_METRICS")]
     pub enable_mfu_metrics: bool,
+    /// Classic histogram bounds per bucket family, vLLM's JSON: '{"request_latency": [0.1, 1,
+    /// 10]}'; unlisted families keep vLLM's bounds, native histograms keep their schema.
+    #[arg(long, env = "KILN_CUSTOM_HISTOGRAM_BUCKETS")]
+    pub custom_histogram_buckets: String,
     /// Export request spans over OTLP to this URL (http/protobuf: include /v1/traces), as
     /// vLLM's; empty: none unless `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Tracing is on exactly when there is one.
@@ -106,6 +110,7 @@ impl Default for TelemetrySettings {
             kv_cache_metrics: false,
             kv_cache_metrics_sample: 0.01,
             enable_mfu_metrics: false,
+            custom_histogram_buckets: String::new(),
             otlp_traces_endpoint: String::new(),
             otlp_traces_protocol: String::new(),
             otlp_traces_queue_size: DEFAULT_TRACES_QUEUE_SIZE,

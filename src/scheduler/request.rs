@@ -38,6 +38,8 @@ pub(crate) struct Request {
     /// Its prompt's KV was forked from a sibling's (`policy_prompt_sharing`): it computes
     /// only the last prompt token, and counts the rest as cached.
     pub forked_prompt: bool,
+    /// Times it was preempted (recompute or swap), for `request_num_preemptions`.
+    pub num_preemptions: u64,
     /// Hashes of the prompt's full blocks, computed once when first asked (the token-load
     /// gauges look them up in the prefix cache every step).
     prompt_block_hashes: OnceLock<Vec<BlockHash>>,
@@ -62,6 +64,7 @@ impl Request {
             prefill_counted: false,
             cached_prompt_tokens: None,
             forked_prompt: false,
+            num_preemptions: 0,
             prompt_block_hashes: OnceLock::new(),
         }
     }

@@ -25,6 +25,8 @@ use actix_web::http::{Method, header};
 use actix_web::web::Bytes;
 use futures_util::future::LocalBoxFuture;
 
+use crate::api::errors::ApiError;
+use crate::api::sse::StreamFailure;
 use crate::stats::actor::{HttpRequestFinished, HttpRequestStarted, RecordHttp, StatsActor};
 
 /// The `http.request.method` value: known methods as they are, anything else `_OTHER`.
@@ -104,6 +106,12 @@ where
                     // The pattern is known only after routing, so read it from the response.
                     in_flight.route = res.request().match_pattern();
                     in_flight.status = Some(res.status().as_u16());
+                    in_flight.generation_started = res
+                        .response()
+                        .error()
+                        .and_then(|e| e.as_error::<ApiError>())
+                        .is_some_and(ApiError::after_generation_started);
+                    in_flight.stream_failure = res.response().extensions().get::<StreamFailure>().cloned();
                     Ok(res.map_body(|_, body| MeteredBody {
                         inner: body.boxed(),
                         in_flight: Some(in_flight),
@@ -142,6 +150,10 @@ struct InFlight {
     route: Option<String>,
     status: Option<u16>,
     response_body_bytes: u64,
+    /// The error response came from the engine, after generation started.
+    generation_started: bool,
+    /// Set by a stream that fails after its 200 (read when the body has ended).
+    stream_failure: Option<StreamFailure>,
     done: bool,
 }
 
@@ -156,6 +168,8 @@ impl InFlight {
             route: None,
             status: None,
             response_body_bytes: 0,
+            generation_started: false,
+            stream_failure: None,
             done: false,
         }
     }
@@ -180,6 +194,8 @@ impl InFlight {
             request_body_bytes: self.request_body_bytes,
             response_body_bytes: self.response_body_bytes,
             error_type,
+            generation_started: self.generation_started,
+            stream_failure: self.stream_failure.as_ref().and_then(StreamFailure::code),
         });
         self.stats.do_send(HttpRequestFinished { method: self.method });
     }

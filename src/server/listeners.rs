@@ -104,12 +104,13 @@ pub fn start_metrics_listener(
         let exemplars = exemplars.clone();
         App::new()
             .app_data(keys.clone())
-            .route(
-                "/metrics",
-                web::get().to(move |req: actix_web::HttpRequest| {
-                    let response = metrics_response(&req, &registry, &exemplars);
-                    async move { response }
-                }),
+            .service(
+                web::resource(crate::api::routes::METRICS_PATHS)
+                    .guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
+                    .to(move |req: actix_web::HttpRequest| {
+                        let response = metrics_response(&req, &registry, &exemplars);
+                        async move { response }
+                    }),
             )
             .wrap(actix_web::middleware::from_fn(require_api_key))
             .wrap(actix_web::middleware::Compress::default())

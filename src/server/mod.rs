@@ -35,6 +35,7 @@ use crate::scheduler::actor::SchedulerActor;
 use crate::scheduler::{Scheduler, SchedulerConfig};
 use crate::stats::actor::{StatsActor, StatsActorConfig};
 use crate::stats::buckets::HistogramBuckets;
+use crate::stats::custom_buckets::CustomHistogramBuckets;
 use crate::stats::export_health::ExportOutcomes;
 use crate::stats::exporter::Telemetry;
 use crate::stats::exporter::{CacheConfigInfo, TelemetryConfig, build_telemetry_with_readers, resource};
@@ -174,12 +175,15 @@ async fn start_on<E: Executor>(
         model_name: prepared.served.name.clone(),
         service_name: "kiln".into(),
         service_instance_id: uuid::Uuid::new_v4().to_string(),
-        buckets: HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64),
+        // Validated with the configuration.
+        buckets: CustomHistogramBuckets::parse(&config.telemetry.custom_histogram_buckets)?
+            .apply(HistogramBuckets::vllm(prepared.scheduler.max_model_len as u64)),
         cache_info: CacheConfigInfo {
             block_size: prepared.scheduler.block_size as u64,
             num_gpu_blocks: prepared.scheduler.num_gpu_blocks as u64,
             num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
             enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
+            max_model_len: prepared.scheduler.max_model_len as u64,
         },
         kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
         mfu_metrics: prepared.scheduler.step_cost.is_some(),

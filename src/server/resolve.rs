@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::cli::ServeArgs;
 use crate::config::{Config, ConfigError, TelemetrySettings, invalid};
 use crate::kernels::KernelPath;
+use crate::stats::custom_buckets::CustomHistogramBuckets;
 use crate::stats::exporter::is_metric_name_prefix;
 use crate::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
 use crate::stats::push_histograms::{HistogramAggregation, histogram_aggregation_from_lookup};
@@ -36,6 +37,8 @@ pub fn check(config: &Config, lookup: impl Fn(&str) -> Option<String>) -> Result
             ),
         ));
     }
+    CustomHistogramBuckets::parse(&t.custom_histogram_buckets)
+        .map_err(|e| invalid("telemetry.custom_histogram_buckets", e.to_string()))?;
     otlp_push(t)?;
     push_histograms(t, &lookup)?;
     traces(t, lookup)?;

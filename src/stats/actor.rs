@@ -193,8 +193,7 @@ impl Handler<AdmissionRejected> for StatsActor {
 
     fn handle(&mut self, msg: AdmissionRejected, _: &mut Self::Context) {
         for i in self.all() {
-            let attrs = i.with_model(KeyValue::new("reason", msg.reason));
-            i.engine.admission_rejections.add(1, &attrs);
+            i.engine.admission_rejections.add(1, &i.admission_labels(msg.reason));
         }
     }
 }
@@ -228,9 +227,10 @@ impl Handler<Barrier> for StatsActor {
 
 /// The recording rules of METRICS.md, kept next to the actor that applies them.
 impl Instruments {
-    /// The engine labels plus one more.
-    pub(super) fn with_model(&self, extra: KeyValue) -> [KeyValue; 3] {
-        [self.model[0].clone(), self.model[1].clone(), extra]
+    /// `model_name` and `reason`, no `engine`: vLLM counts admission in its API server,
+    /// before a request is given to an engine (PR #55812).
+    fn admission_labels(&self, reason: &'static str) -> [KeyValue; 2] {
+        [self.model[0].clone(), KeyValue::new("reason", reason)]
     }
 
     /// Creates every gauge and counter series at 0 before the first step, so a scrape of
@@ -242,9 +242,7 @@ impl Instruments {
             self.engine.request_success.add(0, attrs);
         }
         for reason in ADMISSION_REJECTION_REASONS {
-            self.engine
-                .admission_rejections
-                .add(0, &self.with_model(KeyValue::new("reason", reason)));
+            self.engine.admission_rejections.add(0, &self.admission_labels(reason));
         }
         self.engine.avg_prompt_throughput.record(0.0, &self.model);
         self.engine.avg_generation_throughput.record(0.0, &self.model);
@@ -274,8 +272,12 @@ impl Instruments {
         self.kv_offload.record_step(m, it);
         self.token_load.record_step(m, &s.tokens);
         e.generation_tokens.add(it.num_generation_tokens, m);
+        // vLLM's definition: the prompt tokens computed plus the tokens generated in the step,
+        // so a request's first token counts (10 requests of 9 prompt and 10 generated tokens
+        // sum to 190), once for every step that ran.
         if it.num_batched_tokens > 0 {
-            e.iteration_tokens.record(it.num_batched_tokens, m);
+            let tokens = it.num_prefill_tokens_computed + it.num_generation_tokens;
+            e.iteration_tokens.record(tokens, m);
         }
         for ttft in &it.time_to_first_token_s {
             e.time_to_first_token.record(ttft.seconds, m, ttft.trace);
@@ -314,6 +316,7 @@ impl Instruments {
         e.request_params_max_tokens.record(f.max_tokens, m);
         e.request_max_num_generation_tokens.record(f.max_tokens, m);
         e.request_params_n.record(f.n, m);
+        e.request_num_preemptions.record(f.num_preemptions, m);
 
         // GenAI: duration for all; error.type when the request failed ("_OTHER" is the
         // semconv fallback when no class was given). Abort is the client's choice, not an
@@ -362,6 +365,7 @@ impl Instruments {
         h.request_body_size.record(r.request_body_bytes, &attrs);
         h.response_body_size.record(r.response_body_bytes, &attrs);
         self.instrumentator.record(r);
+        self.request_failure.record(&self.model[0], r);
     }
 }
 
@@ -459,6 +463,14 @@ mod tests {
         assert_eq!(v("vllm:time_to_first_token_seconds_count", &[]), Some(2.0));
         assert_eq!(v("vllm:inter_token_latency_seconds_count", &[]), Some(9.0));
         assert_eq!(v("vllm:iteration_tokens_total_count", &[]), Some(1.0));
+        // Prompt tokens computed (18, cached ones not) plus tokens generated (12), not the 42
+        // batched.
+        assert_eq!(v("vllm:iteration_tokens_total_sum", &[]), Some(30.0));
+        // One observation per finished request, none preempted: all in the first bucket.
+        assert_eq!(v("vllm:request_num_preemptions_count", &[]), Some(3.0));
+        let preemptions = "vllm:request_num_preemptions_bucket";
+        assert_eq!(v(preemptions, &[("le", "1.0")]), Some(3.0));
+        assert!(v(preemptions, &[("le", "20.0")]).is_some());
         // One step ran on the executor (the idle record carries no step time).
         assert_eq!(v("kiln_step_duration_seconds_count", &[]), Some(1.0));
         // Swap traffic by direction; the direction without traffic is there at 0.
@@ -511,6 +523,8 @@ mod tests {
         stats.send(AdmissionRejected { reason: "too_long" }).await.unwrap();
         let text = render_metrics(&t.registry).unwrap();
         let name = "vllm:admission_rejections_total";
+        let lines = crate::stats::exporter::test_support::samples(&text, name);
+        assert!(lines.iter().all(|l| !l.contains("engine=")), "{lines:?}");
         assert_eq!(value(&text, name, &[("reason", "queue_full")]), Some(2.0));
         assert_eq!(value(&text, name, &[("reason", "too_long")]), Some(1.0));
     }

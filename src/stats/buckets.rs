@@ -40,6 +40,10 @@ pub struct HistogramBuckets {
     pub token_counts: Vec<f64>,
     pub params_n: Vec<f64>,
     pub iteration_tokens: Vec<f64>,
+    /// The KV-block residency histograms (`--kv-cache-metrics`).
+    pub kv_cache_residency: Vec<f64>,
+    /// Preemptions per finished request (0 lands in the first bucket).
+    pub request_num_preemptions: Vec<f64>,
 }
 
 impl Default for HistogramBuckets {
@@ -69,6 +73,12 @@ impl HistogramBuckets {
             iteration_tokens: vec![
                 1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
             ],
+            // A millisecond to half an hour, as vLLM's.
+            kv_cache_residency: vec![
+                0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+                300.0, 600.0, 1200.0, 1800.0,
+            ],
+            request_num_preemptions: vec![1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0],
         }
     }
 
@@ -82,6 +92,8 @@ impl HistogramBuckets {
             ("token_counts", &self.token_counts),
             ("params_n", &self.params_n),
             ("iteration_tokens", &self.iteration_tokens),
+            ("kv_cache_residency", &self.kv_cache_residency),
+            ("request_num_preemptions", &self.request_num_preemptions),
         ];
         for (family, bounds) in families {
             if bounds.is_empty() {
@@ -115,6 +127,8 @@ impl HistogramBuckets {
             BucketFamily::TokenCounts => self.token_counts.clone(),
             BucketFamily::ParamsN => self.params_n.clone(),
             BucketFamily::IterationTokens => self.iteration_tokens.clone(),
+            BucketFamily::KvCacheResidency => self.kv_cache_residency.clone(),
+            BucketFamily::Preemptions => self.request_num_preemptions.clone(),
             BucketFamily::GenAiRequestDuration => GENAI_REQUEST_DURATION_BUCKETS.to_vec(),
             BucketFamily::GenAiTtft => GENAI_TTFT_BUCKETS.to_vec(),
             BucketFamily::GenAiTimePerOutputToken => GENAI_TPOT_BUCKETS.to_vec(),

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 
 use super::buckets::HistogramBuckets;
@@ -27,6 +28,9 @@ pub struct InstrumentBuilder<'a> {
     meter: &'a Meter,
     cfg: &'a InstrumentsConfig<'a>,
     prefix: &'a str,
+    /// Where each histogram declares its series with these labels, exposed at zero from
+    /// start (`initial_series`); `None` for families whose labels come with traffic.
+    initial: Option<(&'a HistogramStore, &'a [KeyValue])>,
 }
 
 impl<'a> InstrumentBuilder<'a> {
@@ -35,12 +39,34 @@ impl<'a> InstrumentBuilder<'a> {
             meter,
             cfg,
             prefix: cfg.engine_prefix,
+            initial: None,
         }
     }
 
     /// The same builder for families whose names take no engine prefix.
     pub fn unprefixed(self) -> Self {
         Self { prefix: "", ..self }
+    }
+
+    /// The same builder, its histograms' series with `labels` exposed from start at zero.
+    pub fn with_initial_series(self, store: &'a HistogramStore, labels: &'a [KeyValue]) -> Self {
+        Self {
+            initial: Some((store, labels)),
+            ..self
+        }
+    }
+
+    /// The same builder for families whose labels come with traffic: nothing from start.
+    pub fn without_initial_series(self) -> Self {
+        Self { initial: None, ..self }
+    }
+
+    /// Declares the series a new histogram exposes from start, if this builder has one.
+    fn declare(&self, s: &Spec, bounds: &[f64], native: bool) {
+        if let Some((store, labels)) = self.initial {
+            let series = ExemplarHistogram::new(&self.name(s), s.unit, bounds.to_vec());
+            store.declare(&series, s.description, labels, native);
+        }
     }
 
     pub fn config(&self) -> &'a InstrumentsConfig<'a> {
@@ -87,6 +113,11 @@ impl<'a> InstrumentBuilder<'a> {
 
     /// A histogram over fixed bounds (families whose buckets are not configurable).
     pub fn histogram_f64_with(&self, s: Spec, bounds: &[f64]) -> Histogram<f64> {
+        self.declare(&s, bounds, false);
+        self.raw_histogram_f64(s, bounds)
+    }
+
+    fn raw_histogram_f64(&self, s: Spec, bounds: &[f64]) -> Histogram<f64> {
         let b = self.meter.f64_histogram(self.name(&s));
         b.with_unit(s.unit)
             .with_description(s.description)
@@ -95,6 +126,7 @@ impl<'a> InstrumentBuilder<'a> {
     }
 
     pub fn histogram_u64_with(&self, s: Spec, bounds: &[f64]) -> Histogram<u64> {
+        self.declare(&s, bounds, false);
         let b = self.meter.u64_histogram(self.name(&s));
         b.with_unit(s.unit)
             .with_description(s.description)
@@ -110,7 +142,8 @@ impl<'a> InstrumentBuilder<'a> {
 
     /// A latency histogram over fixed bounds, with native buckets and exemplars in `store`.
     pub fn latency_histogram_with(&self, s: Spec, bounds: &[f64], store: &Arc<HistogramStore>) -> LatencyHistogram {
+        self.declare(&s, bounds, true);
         let series = ExemplarHistogram::new(&self.name(&s), s.unit, bounds.to_vec());
-        LatencyHistogram::new(self.histogram_f64_with(s, bounds), series, store.clone())
+        LatencyHistogram::new(self.raw_histogram_f64(s, bounds), series, store.clone())
     }
 }

@@ -55,7 +55,7 @@ pub struct IterationStats {
     pub num_prompt_tokens: u64,
     /// Tokens generated this step.
     pub num_generation_tokens: u64,
-    /// Tokens run through the model this step (prefill + decode), for `iteration_tokens_total`.
+    /// Tokens run through the model this step (prefill + decode); 0 when no step ran.
     pub num_batched_tokens: u64,
     /// Prompt tokens actually computed this step (throughput log line; excludes cache hits).
     pub num_prefill_tokens_computed: u64,
@@ -92,6 +92,8 @@ pub struct FinishedRequestStats {
     pub generation_tokens: u64,
     pub max_tokens: u64,
     pub n: u64,
+    /// Times the request was preempted before it finished (`request_num_preemptions`).
+    pub num_preemptions: u64,
     pub intervals: RequestIntervals,
     /// The request's span (exemplars link its histogram observations to it).
     pub trace: Option<TraceContext>,
@@ -137,4 +139,9 @@ pub struct RecordHttp {
     pub response_body_bytes: u64,
     /// The status code for 5xx, `panic`, `cancelled`, …; `None` on success.
     pub error_type: Option<String>,
+    /// The error response came after generation started (the engine failed the request),
+    /// not from validation or admission (`request_failure_total`'s stage).
+    pub generation_started: bool,
+    /// A stream that failed after its 200 was sent: the error's status code.
+    pub stream_failure: Option<u16>,
 }

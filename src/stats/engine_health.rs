@@ -1,11 +1,11 @@
-//! `vllm:engine_healthy{engine}`, as vLLM exposes it under fault tolerance: 1 while the
+//! `vllm:engine_healthy{engine}`, as vLLM exposes it under fault tolerance (the `engine` label
+//! alone, no `model_name`, as vLLM's fault-tolerance tests read it): 1 while the
 //! executor serves (ready, or draining its last requests), 0 while it loads or restarts and
 //! once it is dead. An observable gauge reads the shared `EngineHealth` at each collection,
 //! so a scrape says what `/ready` and `/health` would say at that moment.
 
 use std::sync::Arc;
 
-use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider;
 
 use super::exporter::Telemetry;
@@ -26,7 +26,8 @@ pub fn register_engine_health(telemetry: &Telemetry, engine_prefix: &str, health
         return;
     };
     for provider in telemetry.providers() {
-        let labels: Vec<KeyValue> = instruments.model.to_vec();
+        // `model[1]` is the `engine` label.
+        let labels = [instruments.model[1].clone()];
         let health = Arc::clone(health);
         // The SDK keeps the callback registered for the provider's life.
         let _ = provider
@@ -51,11 +52,14 @@ mod tests {
         register_engine_health(&telemetry, "vllm:", &health);
         let healthy = || {
             let text = render_metrics(&telemetry.registry).expect("renders");
-            value(
-                &text,
-                "vllm:engine_healthy",
-                &[("engine", "0"), ("model_name", "smollm2")],
-            )
+            let lines = crate::stats::exporter::test_support::samples(&text, "vllm:engine_healthy");
+            assert_eq!(lines.len(), 1);
+            assert!(
+                lines[0].starts_with("vllm:engine_healthy{engine=\"0\"} "),
+                "{}",
+                lines[0]
+            );
+            value(&text, "vllm:engine_healthy", &[("engine", "0")])
         };
         assert_eq!(healthy(), Some(0.0), "loading");
         health.ready();

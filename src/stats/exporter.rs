@@ -37,6 +37,25 @@ pub struct CacheConfigInfo {
     pub num_gpu_blocks: u64,
     pub num_cpu_blocks: u64,
     pub enable_prefix_caching: bool,
+    /// The longest sequence (prompt plus output) one request may have; with the cache's
+    /// size in tokens it gives `kv_cache_max_concurrency`.
+    pub max_model_len: u64,
+}
+
+impl CacheConfigInfo {
+    /// Tokens the device KV cache holds when full (vLLM's `kv_cache_size_tokens`).
+    pub fn kv_cache_size_tokens(&self) -> u64 {
+        self.num_gpu_blocks * self.block_size
+    }
+
+    /// How many requests of the full context length fit in the cache at once (vLLM's
+    /// `kv_cache_max_concurrency`, a fraction).
+    pub fn kv_cache_max_concurrency(&self) -> f64 {
+        if self.max_model_len == 0 {
+            return 0.0;
+        }
+        self.kv_cache_size_tokens() as f64 / self.max_model_len as f64
+    }
 }
 
 /// Everything the stats layer needs from `Config`'s telemetry section.
@@ -214,8 +233,9 @@ fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig) -> Instrum
     );
     record_cache_config(&instruments, &cfg.cache_info);
     let info = &cfg.cache_info;
-    let capacity = info.num_gpu_blocks * info.block_size;
-    instruments.token_load.record_capacity(&instruments.model, capacity);
+    instruments
+        .token_load
+        .record_capacity(&instruments.model, info.kv_cache_size_tokens());
     instruments.record_initial();
     instruments
 }
@@ -268,6 +288,11 @@ fn record_cache_config(instruments: &Instruments, info: &CacheConfigInfo) {
             KeyValue::new("num_gpu_blocks", info.num_gpu_blocks.to_string()),
             KeyValue::new("num_cpu_blocks", info.num_cpu_blocks.to_string()),
             KeyValue::new("enable_prefix_caching", info.enable_prefix_caching.to_string()),
+            KeyValue::new("kv_cache_size_tokens", info.kv_cache_size_tokens().to_string()),
+            KeyValue::new(
+                "kv_cache_max_concurrency",
+                super::exposition::python_float_repr(info.kv_cache_max_concurrency()),
+            ),
         ],
     );
 }
@@ -291,6 +316,7 @@ pub(crate) mod test_support {
                 num_gpu_blocks: 1024,
                 num_cpu_blocks: 256,
                 enable_prefix_caching: true,
+                max_model_len: 8192,
             },
             ..TelemetryConfig::default()
         }
@@ -328,6 +354,7 @@ pub(crate) mod test_support {
             generation_tokens: generated,
             max_tokens: 64,
             n: 1,
+            num_preemptions: 0,
             intervals: RequestIntervals {
                 e2e_s: 1.25,
                 queue_s: Some(0.05),
@@ -387,6 +414,7 @@ mod tests {
         "request_params_max_tokens",
         "request_max_num_generation_tokens",
         "request_params_n",
+        "request_num_preemptions",
         "iteration_tokens_total",
     ];
 
@@ -442,9 +470,11 @@ mod tests {
                         lines.iter().all(|l| l.contains("model_name=\"smollm2\"")),
                         "{series} without model_name"
                     );
+                    // Admission happens before an engine is chosen (vLLM PR #55812).
+                    let engine = *name != "admission_rejections_total";
                     assert!(
-                        lines.iter().all(|l| l.contains("engine=\"0\"")),
-                        "{series} without engine"
+                        lines.iter().all(|l| l.contains("engine=\"0\"") == engine),
+                        "{series}: engine label {engine}"
                     );
                 }
             }
@@ -483,6 +513,9 @@ mod tests {
             "num_gpu_blocks=\"1024\"",
             "num_cpu_blocks=\"256\"",
             "enable_prefix_caching=\"true\"",
+            // vLLM's: 1024 blocks of 16 tokens, and how many 8192-token requests they hold.
+            "kv_cache_size_tokens=\"16384\"",
+            "kv_cache_max_concurrency=\"2.0\"",
         ] {
             assert!(info[0].contains(label), "{label} missing in {}", info[0]);
         }

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
 
 use super::histogram_store::{Exemplar, HistogramSnapshot, SeriesExemplars};
+use super::sample_filter::SampleFilter;
 
 /// The formats `/metrics` can answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +36,27 @@ impl ExpositionFormat {
 
 /// Writes `families` in `format`; `exemplars` are written only in OpenMetrics.
 pub fn encode(families: &[MetricFamily], format: ExpositionFormat, exemplars: &HistogramSnapshot) -> String {
+    encode_selected(families, format, exemplars, None)
+}
+
+/// `encode`, with only the samples `filter` asks for (`GET /metrics?name[]=…`); a family
+/// none of whose samples is asked for is left out, header included.
+pub fn encode_selected(
+    families: &[MetricFamily],
+    format: ExpositionFormat,
+    exemplars: &HistogramSnapshot,
+    filter: Option<&SampleFilter>,
+) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    let mut writer = SampleWriter { out: &mut out, format };
+    let mut writer = SampleWriter {
+        out: &mut out,
+        format,
+        filter,
+    };
     for family in families {
+        if filter.is_some_and(|f| !f.selects_family(family)) {
+            continue;
+        }
         writer.family(family, exemplars);
     }
     if format == ExpositionFormat::OpenMetrics {
@@ -50,6 +69,7 @@ pub fn encode(families: &[MetricFamily], format: ExpositionFormat, exemplars: &H
 struct SampleWriter<'a> {
     out: &'a mut String,
     format: ExpositionFormat,
+    filter: Option<&'a SampleFilter>,
 }
 
 impl SampleWriter<'_> {
@@ -70,11 +90,17 @@ impl SampleWriter<'_> {
         for metric in family.get_metric() {
             match family.get_field_type() {
                 MetricType::COUNTER if om => {
-                    self.sample(family_name, "_total", metric, None, metric.get_counter().value())
+                    self.sample(family_name, "_total", metric, None, metric.get_counter().value());
                 }
-                MetricType::COUNTER => self.sample(name, "", metric, None, metric.get_counter().value()),
-                MetricType::GAUGE => self.sample(name, "", metric, None, metric.get_gauge().value()),
-                MetricType::UNTYPED => self.sample(name, "", metric, None, metric.untyped.value()),
+                MetricType::COUNTER => {
+                    self.sample(name, "", metric, None, metric.get_counter().value());
+                }
+                MetricType::GAUGE => {
+                    self.sample(name, "", metric, None, metric.get_gauge().value());
+                }
+                MetricType::UNTYPED => {
+                    self.sample(name, "", metric, None, metric.untyped.value());
+                }
                 MetricType::HISTOGRAM => {
                     let series = if om {
                         exemplars.series(name, metric.get_label()).map(|s| &s.exemplars)
@@ -105,13 +131,15 @@ impl SampleWriter<'_> {
             inf_seen |= bound == f64::INFINITY;
             let le = python_float_repr(bound);
             let count = bucket.cumulative_count() as f64;
-            self.sample(name, "_bucket", metric, Some(("le", &le)), count);
-            self.exemplar(exemplars.and_then(|e| e.for_bucket(bound)));
+            if self.sample(name, "_bucket", metric, Some(("le", &le)), count) {
+                self.exemplar(exemplars.and_then(|e| e.for_bucket(bound)));
+            }
         }
         if !inf_seen {
             let count = h.get_sample_count() as f64;
-            self.sample(name, "_bucket", metric, Some(("le", "+Inf")), count);
-            self.exemplar(exemplars.and_then(|e| e.for_bucket(f64::INFINITY)));
+            if self.sample(name, "_bucket", metric, Some(("le", "+Inf")), count) {
+                self.exemplar(exemplars.and_then(|e| e.for_bucket(f64::INFINITY)));
+            }
         }
         self.sample(name, "_sum", metric, None, h.get_sample_sum());
         self.sample(name, "_count", metric, None, h.get_sample_count() as f64);
@@ -127,8 +155,13 @@ impl SampleWriter<'_> {
         self.sample(name, "_count", metric, None, s.sample_count() as f64);
     }
 
-    /// Writes one sample line.
-    fn sample(&mut self, name: &str, suffix: &str, metric: &Metric, extra: Option<(&str, &str)>, value: f64) {
+    /// Writes one sample line, unless the filter leaves its name out; says whether it did.
+    fn sample(&mut self, name: &str, suffix: &str, metric: &Metric, extra: Option<(&str, &str)>, value: f64) -> bool {
+        if let Some(filter) = self.filter
+            && !filter.selects(&format!("{name}{suffix}"))
+        {
+            return false;
+        }
         self.out.push_str(name);
         self.out.push_str(suffix);
         write_labels(self.out, metric.get_label(), extra);
@@ -144,6 +177,7 @@ impl SampleWriter<'_> {
             }
         }
         self.out.push('\n');
+        true
     }
 
     /// ` # {trace_id="…",span_id="…"} value timestamp` after the bucket line just written.

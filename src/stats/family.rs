@@ -27,6 +27,8 @@ pub enum BucketFamily {
     TokenCounts,
     ParamsN,
     IterationTokens,
+    KvCacheResidency,
+    Preemptions,
     GenAiRequestDuration,
     GenAiTtft,
     GenAiTimePerOutputToken,
@@ -89,6 +91,7 @@ pub mod engine {
     pub const NUM_PREEMPTIONS: Spec = spec("num_preemptions", "{preemption}", "Preemptions (recompute or swap).");
     pub const PREFIX_CACHE_QUERIES: Spec = spec("prefix_cache_queries", "{token}", "Prompt tokens looked up in the prefix cache.");
     pub const PREFIX_CACHE_HITS: Spec = spec("prefix_cache_hits", "{token}", "Prompt tokens found in the prefix cache.");
+    pub const REQUEST_FAILURE: Spec = spec("request_failure", "{request}", "Requests that failed in the API server, by the stage the failure surfaced in and the HTTP status code of the error.");
     pub const ADMISSION_REJECTIONS: Spec = spec("admission_rejections", "{request}", "Requests refused at the door, by reason.");
     // vLLM's KV-offload names, for kiln's host swap pool.
     pub const KV_OFFLOAD_TOTAL_BYTES: Spec = spec("kv_offload_total_bytes", "{byte}", "Bytes of KV blocks copied between the device pool and the host swap pool, by transfer_type (GPU_to_CPU: swap-out, CPU_to_GPU: swap-in).");
@@ -106,8 +109,9 @@ pub mod engine {
     pub const REQUEST_GENERATION_TOKENS: HistogramSpec = hist("request_generation_tokens", "{token}", "Generated tokens of finished requests.", B::TokenCounts);
     pub const REQUEST_PARAMS_MAX_TOKENS: HistogramSpec = hist("request_params_max_tokens", "{token}", "The max_tokens parameter of finished requests.", B::TokenCounts);
     pub const REQUEST_MAX_NUM_GENERATION_TOKENS: HistogramSpec = hist("request_max_num_generation_tokens", "{token}", "The most tokens a finished request could generate (its max_tokens), as vLLM exports it.", B::TokenCounts);
+    pub const REQUEST_NUM_PREEMPTIONS: HistogramSpec = hist("request_num_preemptions", "{preemption}", "Times a finished request was preempted.", B::Preemptions);
     pub const REQUEST_PARAMS_N: HistogramSpec = hist("request_params_n", "{sequence}", "The n parameter of finished requests.", B::ParamsN);
-    pub const ITERATION_TOKENS: HistogramSpec = hist("iteration_tokens_total", "{token}", "Tokens run through the model per engine step (prefill + decode).", B::IterationTokens);
+    pub const ITERATION_TOKENS: HistogramSpec = hist("iteration_tokens_total", "{token}", "Tokens per engine step: prompt tokens computed plus tokens generated (a request's first token included).", B::IterationTokens);
 }
 
 /// kiln's own families: named `kiln_*` whatever the engine prefix, label `model_name`.
@@ -147,11 +151,11 @@ pub mod http {
 /// Engine families behind vLLM's flags (`--kv-cache-metrics`, `--enable-mfu-metrics`).
 #[rustfmt::skip]
 pub mod flagged {
-    use super::Spec;
+    use super::{BucketFamily as B, HistogramSpec, Spec};
 
-    pub const KV_BLOCK_LIFETIME: Spec = Spec { name: "kv_block_lifetime", unit: "s", description: "KV block lifetime from allocation to eviction (sampled blocks)." };
-    pub const KV_BLOCK_IDLE_BEFORE_EVICT: Spec = Spec { name: "kv_block_idle_before_evict", unit: "s", description: "Time a KV block sat unused before it was evicted (sampled blocks)." };
-    pub const KV_BLOCK_REUSE_GAP: Spec = Spec { name: "kv_block_reuse_gap", unit: "s", description: "Time between consecutive uses of a KV block by prefix-cache hits (sampled blocks)." };
+    pub const KV_BLOCK_LIFETIME: HistogramSpec = HistogramSpec { spec: Spec { name: "kv_block_lifetime", unit: "s", description: "KV block lifetime from allocation to eviction (sampled blocks)." }, buckets: B::KvCacheResidency };
+    pub const KV_BLOCK_IDLE_BEFORE_EVICT: HistogramSpec = HistogramSpec { spec: Spec { name: "kv_block_idle_before_evict", unit: "s", description: "Time a KV block sat unused before it was evicted (sampled blocks)." }, buckets: B::KvCacheResidency };
+    pub const KV_BLOCK_REUSE_GAP: HistogramSpec = HistogramSpec { spec: Spec { name: "kv_block_reuse_gap", unit: "s", description: "Time between consecutive uses of a KV block by prefix-cache hits (sampled blocks)." }, buckets: B::KvCacheResidency };
     // Unit annotations, not `By`: the exposed names already say bytes.
     pub const ESTIMATED_FLOPS: Spec = Spec { name: "estimated_flops_per_gpu", unit: "{flop}", description: "Estimated model FLOPs of the engine's steps, from their shapes." };
     pub const ESTIMATED_READ_BYTES: Spec = Spec { name: "estimated_read_bytes_per_gpu", unit: "{byte}", description: "Estimated bytes the engine's steps read (weights once a step, KV context)." };

@@ -10,12 +10,6 @@ use super::data::{IterationStats, SchedulerStats};
 
 use super::family::flagged as specs;
 
-/// Residency buckets (s): a millisecond to an hour.
-pub const RESIDENCY_BUCKETS: [f64; 22] = [
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
-    1200.0, 1800.0, 3600.0,
-];
-
 struct Residency {
     lifetime: Histogram<f64>,
     idle_before_evict: Histogram<f64>,
@@ -38,7 +32,7 @@ pub(super) struct FlaggedInstruments {
 impl FlaggedInstruments {
     pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
         let cfg = b.config();
-        let hist = |s| b.histogram_f64_with(s, &RESIDENCY_BUCKETS);
+        let hist = |s| b.histogram_f64(s);
         let counter = |s| b.counter_f64(s);
         Self {
             residency: cfg.kv_cache_metrics.then(|| Residency {

@@ -15,6 +15,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::Histogram;
 use prometheus::proto::LabelPair;
 
+use super::initial_series::InitialSeries;
 use super::native_buckets::NativeBuckets;
 use crate::engine::trace_context::TraceContext;
 
@@ -37,11 +38,13 @@ pub struct ExemplarHistogram {
 impl ExemplarHistogram {
     /// `name` and `unit` as the instrument declares them; the family is named as the
     /// Prometheus exporter exposes it (invalid characters become `_`, unit `s` adds
-    /// `_seconds`), so `/metrics` finds the series by the name it writes.
+    /// `_seconds`, `By` adds `_bytes`), so `/metrics` finds the series by the name it writes.
     pub fn new(name: &str, unit: &str, bounds: Vec<f64>) -> Self {
         let mut family = sanitize(name, true);
-        if unit == "s" {
-            family.push_str("_seconds");
+        match unit {
+            "s" => family.push_str("_seconds"),
+            "By" => family.push_str("_bytes"),
+            _ => {}
         }
         Self {
             family: family.into(),
@@ -116,13 +119,27 @@ impl HistogramSnapshot {
 #[derive(Debug, Default)]
 pub struct HistogramStore {
     inner: Mutex<HistogramSnapshot>,
+    /// The series exposed at zero before their first observation.
+    initial: InitialSeries,
 }
 
 impl HistogramStore {
-    /// Adds `value` to the native buckets of `histogram`'s series with `labels` (the
-    /// attributes the observation was recorded with) and, for a traced observation, makes it
-    /// the exemplar of its classic bucket.
-    pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: Option<TraceContext>) {
+    /// Declares `histogram`'s series with `labels`, exposed with zero counts from now on;
+    /// a `native` one (a latency histogram) is a native histogram from the start too.
+    pub fn declare(&self, histogram: &ExemplarHistogram, help: &str, labels: &[KeyValue], native: bool) {
+        self.initial.declare(&histogram.family, help, &histogram.bounds, labels);
+        if native {
+            self.series_mut(histogram, labels, |_| ());
+        }
+    }
+
+    /// The declared series, for `/metrics` to add the ones not observed yet.
+    pub fn initial_series(&self) -> &InitialSeries {
+        &self.initial
+    }
+
+    /// Runs `f` on the state of `histogram`'s series with `labels`, created empty if new.
+    fn series_mut(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], f: impl FnOnce(&mut SeriesState)) {
         let mut key: LabelKey = labels
             .iter()
             .map(|kv| (sanitize(kv.key.as_str(), false), kv.value.as_str().into_owned()))
@@ -141,6 +158,17 @@ impl HistogramStore {
                 },
                 native: NativeBuckets::default(),
             });
+        f(series);
+    }
+
+    /// Adds `value` to the native buckets of `histogram`'s series with `labels` (the
+    /// attributes the observation was recorded with) and, for a traced observation, makes it
+    /// the exemplar of its classic bucket.
+    pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: Option<TraceContext>) {
+        self.series_mut(histogram, labels, |series| Self::observe(series, value, trace));
+    }
+
+    fn observe(series: &mut SeriesState, value: f64, trace: Option<TraceContext>) {
         series.native.observe(value);
         if let Some(trace) = trace {
             let timestamp_s = SystemTime::now()

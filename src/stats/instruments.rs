@@ -43,6 +43,7 @@ pub(super) struct EngineInstruments {
     pub request_params_max_tokens: Histogram<u64>,
     pub request_max_num_generation_tokens: Histogram<u64>,
     pub request_params_n: Histogram<u64>,
+    pub request_num_preemptions: Histogram<u64>,
     pub iteration_tokens: Histogram<u64>,
 }
 
@@ -74,6 +75,7 @@ pub struct Instruments {
     pub(super) step_duration: super::step_duration::StepDurationInstrument,
     pub(super) token_load: super::token_load::TokenLoadInstruments,
     pub(super) kv_offload: super::kv_offload::KvOffloadInstruments,
+    pub(super) request_failure: super::request_failure::RequestFailureInstrument,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
     pub(super) model: [KeyValue; 2],
     /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
@@ -103,9 +105,18 @@ pub(super) fn reason_index(reason: FinishReason) -> usize {
 impl Instruments {
     /// Creates every instrument on `meter`. Buckets must have passed `validate`.
     pub fn new(meter: &Meter, cfg: &InstrumentsConfig<'_>) -> Self {
-        let b = InstrumentBuilder::new(meter, cfg);
-        let fixed = b.unprefixed();
         let exemplar_store = Arc::new(HistogramStore::default());
+        // Arc-backed values: cloning an attribute on the hot path copies a pointer.
+        let model_name: Arc<str> = Arc::from(cfg.model_name);
+        let model = [
+            KeyValue::new("model_name", model_name.clone()),
+            KeyValue::new("engine", ENGINE_INDEX),
+        ];
+        // Engine and kiln families carry `model` from start; GenAI and HTTP ones get their
+        // labels from traffic.
+        let b = InstrumentBuilder::new(meter, cfg).with_initial_series(&exemplar_store, &model);
+        let fixed = b.unprefixed();
+        let traffic = fixed.without_initial_series();
         use engine as e;
         let engine = EngineInstruments {
             num_requests_running: b.gauge_u64(e::NUM_REQUESTS_RUNNING),
@@ -138,25 +149,20 @@ impl Instruments {
             request_params_max_tokens: b.histogram_u64(e::REQUEST_PARAMS_MAX_TOKENS),
             request_max_num_generation_tokens: b.histogram_u64(e::REQUEST_MAX_NUM_GENERATION_TOKENS),
             request_params_n: b.histogram_u64(e::REQUEST_PARAMS_N),
+            request_num_preemptions: b.histogram_u64(e::REQUEST_NUM_PREEMPTIONS),
             iteration_tokens: b.histogram_u64(e::ITERATION_TOKENS),
         };
         let gen_ai = GenAiInstruments {
-            request_duration: fixed.latency_histogram(gen_ai::REQUEST_DURATION, &exemplar_store),
-            time_to_first_token: fixed.latency_histogram(gen_ai::TIME_TO_FIRST_TOKEN, &exemplar_store),
-            time_per_output_token: fixed.latency_histogram(gen_ai::TIME_PER_OUTPUT_TOKEN, &exemplar_store),
+            request_duration: traffic.latency_histogram(gen_ai::REQUEST_DURATION, &exemplar_store),
+            time_to_first_token: traffic.latency_histogram(gen_ai::TIME_TO_FIRST_TOKEN, &exemplar_store),
+            time_per_output_token: traffic.latency_histogram(gen_ai::TIME_PER_OUTPUT_TOKEN, &exemplar_store),
         };
         let http = HttpInstruments {
-            request_duration: fixed.latency_histogram(http::REQUEST_DURATION, &exemplar_store),
-            active_requests: fixed.up_down_counter(http::ACTIVE_REQUESTS),
-            request_body_size: fixed.histogram_u64(http::REQUEST_BODY_SIZE),
-            response_body_size: fixed.histogram_u64(http::RESPONSE_BODY_SIZE),
+            request_duration: traffic.latency_histogram(http::REQUEST_DURATION, &exemplar_store),
+            active_requests: traffic.up_down_counter(http::ACTIVE_REQUESTS),
+            request_body_size: traffic.histogram_u64(http::REQUEST_BODY_SIZE),
+            response_body_size: traffic.histogram_u64(http::RESPONSE_BODY_SIZE),
         };
-        // Arc-backed values: cloning an attribute on the hot path copies a pointer.
-        let model_name: Arc<str> = Arc::from(cfg.model_name);
-        let model = [
-            KeyValue::new("model_name", model_name.clone()),
-            KeyValue::new("engine", ENGINE_INDEX),
-        ];
         let with_reason = |r: FinishReason| {
             [
                 model[0].clone(),
@@ -184,12 +190,13 @@ impl Instruments {
             gen_ai,
             http,
             prompt_source,
-            instrumentator: super::instrumentator::InstrumentatorInstruments::new(&fixed, &exemplar_store),
+            instrumentator: super::instrumentator::InstrumentatorInstruments::new(&traffic, &exemplar_store),
             flagged: super::flagged::FlaggedInstruments::new(&b),
             structured: super::structured::StructuredOutputInstruments::new(&fixed, &model),
             step_duration: super::step_duration::StepDurationInstrument::new(&fixed),
             token_load: super::token_load::TokenLoadInstruments::new(&b),
             kv_offload: super::kv_offload::KvOffloadInstruments::new(&b),
+            request_failure: super::request_failure::RequestFailureInstrument::new(&b),
             exemplar_store,
             model,
             by_reason,

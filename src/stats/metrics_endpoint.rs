@@ -7,9 +7,10 @@ use actix_web::http::header::{Accept, Header as _};
 use actix_web::{HttpRequest, HttpResponse};
 use prometheus::Registry;
 
-use super::exposition::{ExpositionFormat, encode};
+use super::exposition::{ExpositionFormat, encode_selected};
 use super::histogram_store::HistogramStore;
 use super::protobuf_exposition::{PROTOBUF_CONTENT_TYPE, encode_protobuf};
+use super::sample_filter::SampleFilter;
 
 /// What `/metrics` can answer in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,17 +21,25 @@ pub enum MetricsFormat {
 }
 
 /// The response to `req`: `registry` (and what `histograms` keeps beside it, where the format
-/// carries it) in the negotiated format.
+/// carries it: the series exposed from start, native buckets, exemplars) in the negotiated
+/// format, restricted to the samples its `name[]` parameters ask for, if any.
 pub fn metrics_response(req: &HttpRequest, registry: &Registry, histograms: &HistogramStore) -> HttpResponse {
-    let families = registry.gather();
+    let families = histograms.initial_series().complete(registry.gather());
     let snapshot = histograms.snapshot();
+    let filter = SampleFilter::from_query(req.query_string());
     match negotiate(Accept::parse(req).ok().as_ref()) {
-        MetricsFormat::Protobuf => HttpResponse::Ok()
-            .content_type(PROTOBUF_CONTENT_TYPE)
-            .body(encode_protobuf(&families, &snapshot)),
+        MetricsFormat::Protobuf => {
+            let selected: Vec<_> = match &filter {
+                Some(f) => families.into_iter().filter(|family| f.selects_family(family)).collect(),
+                None => families,
+            };
+            HttpResponse::Ok()
+                .content_type(PROTOBUF_CONTENT_TYPE)
+                .body(encode_protobuf(&selected, &snapshot))
+        }
         MetricsFormat::Text(format) => HttpResponse::Ok()
             .content_type(format.content_type())
-            .body(encode(&families, format, &snapshot)),
+            .body(encode_selected(&families, format, &snapshot, filter.as_ref())),
     }
 }
 

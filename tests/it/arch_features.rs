@@ -267,7 +267,11 @@ fn every_vllm_metric_carries_the_served_model_name_on_every_architecture() {
             let finished = format!("finished_reason=\"length\",{label}");
             metric_value(text, "vllm:request_success_total", &finished).is_some_and(|v| v >= 1.0)
         });
-        let samples: Vec<&str> = text.lines().filter(|l| l.starts_with("vllm:")).collect();
+        // Engine health is per engine, with the engine label alone (as vLLM's).
+        let samples: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("vllm:") && !l.starts_with("vllm:engine_healthy"))
+            .collect();
         assert!(samples.len() > 20, "{arch}: {} vllm samples", samples.len());
         for sample in samples {
             assert!(sample.contains(&label), "{arch}: {sample}");

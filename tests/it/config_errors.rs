@@ -31,6 +31,11 @@ fn bad_settings_stop_the_process_before_the_model_loads_naming_the_setting() {
             "OTEL_TRACES_SAMPLER",
         ),
         (
+            "a histogram bucket family vLLM does not have",
+            with_args(&["--custom-histogram-buckets", r#"{"ttft": [0.1, 1.0]}"#]),
+            "custom_histogram_buckets",
+        ),
+        (
             "a preemption mode that does not exist",
             with_args(&["--preemption-mode", "sometimes"]),
             "--preemption-mode",

@@ -59,4 +59,6 @@ mod tool_calling;
 mod traces;
 mod vllm_compat;
 mod vllm_dashboards;
+mod vllm_metrics;
+mod vllm_metrics_port;
 mod vocabulary;

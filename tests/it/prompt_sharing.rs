@@ -38,8 +38,8 @@ fn complete(t: &Tiny, prompt: &[u32], n: u32, max_tokens: u32) -> Value {
     body
 }
 
-/// Prompt tokens, those computed (not cached) and iteration tokens (all tokens the steps
-/// ran), once the stats actor has recorded `requests` finished requests.
+/// Prompt tokens, those computed (not cached) and iteration tokens (computed and
+/// generated), once the stats actor has recorded `requests` finished requests.
 fn counts_after(t: &Tiny, requests: f64) -> (f64, f64, f64) {
     let finished = |m: &str| metric_value(m, "vllm:request_success_total", "finished_reason=\"length\"");
     let text = scrape_until(t, |m| finished(m).unwrap_or(0.0) >= requests);
@@ -68,16 +68,17 @@ fn n4_computes_the_prompt_once(t: &Tiny, prompt: &[u32], max_tokens: u32) {
     // took from the first is counted as cached, so the computed tokens show one prefill.
     assert_eq!(prompt_after_four - prompt_after_one, 4.0 * p);
     assert_eq!(four["usage"]["prompt_tokens"], json!(prompt.len()));
-    // One prefill (less what the prefix cache, when on, kept from the n=1 run), plus the
-    // last prompt token of each sibling, then every choice's decodes.
-    let decodes = f64::from(max_tokens - 1);
+    // Iteration tokens are the prompt tokens computed plus the tokens generated (vLLM's
+    // definition): one prefill (less what the prefix cache, when on, kept from the n=1
+    // run), plus the last prompt token of each sibling, then every choice's tokens.
+    let generated = f64::from(max_tokens);
     let cached = four["usage"]["prompt_tokens_details"]["cached_tokens"]
         .as_f64()
         .expect("cached");
-    assert_eq!(iteration_after_one, p + decodes);
+    assert_eq!(iteration_after_one, p + generated);
     assert_eq!(
         iteration_after_four - iteration_after_one,
-        p - cached + 3.0 + 4.0 * decodes,
+        p - cached + 3.0 + 4.0 * generated,
         "the n=4 request ran one prefill ({cached} prompt tokens cached)"
     );
     assert_eq!(computed_after_one, p);

@@ -64,6 +64,7 @@ const ENGINE: &[(&str, &str)] = &[
     ("request_params_max_tokens", "histogram"),
     ("request_max_num_generation_tokens", "histogram"),
     ("request_params_n", "histogram"),
+    ("request_num_preemptions", "histogram"),
     ("iteration_tokens_total", "histogram"),
 ];
 
@@ -143,11 +144,18 @@ fn the_metrics_contract_holds_after_a_mixed_load() {
         assert_eq!(types.get(*name).map(String::as_str), Some(*kind), "{name}:\n{text}");
     }
     // Labels: engine series carry model_name and engine; no series carries otel_scope_*.
+    // As vLLM's: engine health has its engine alone, and the API server's families
+    // (admission, failures) their model alone.
     for s in series(&text).iter().filter(|s| s.starts_with("vllm:")) {
-        assert!(
-            s.contains("model_name=\"tiny-llama\"") && s.contains("engine=\"0\""),
-            "{s}"
-        );
+        let model = s.contains("model_name=\"tiny-llama\"");
+        let engine = s.contains("engine=\"0\"");
+        if s.starts_with("vllm:engine_healthy{") {
+            assert!(engine && !model, "{s}");
+        } else if s.starts_with("vllm:admission_rejections_total{") || s.starts_with("vllm:request_failure_total{") {
+            assert!(model && !engine, "{s}");
+        } else {
+            assert!(model && engine, "{s}");
+        }
     }
     assert!(!text.contains("otel_scope_"), "otel_scope labels leaked");
     assert!(text.lines().any(|l| l.starts_with("target_info{")

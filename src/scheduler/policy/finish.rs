@@ -35,6 +35,7 @@ impl Scheduler {
                 .max_tokens
                 .map_or(usage.completion_tokens as u64, u64::from),
             n: u64::from(request.params.n),
+            num_preemptions: request.num_preemptions,
             intervals,
             constraint_kind: request.params.structured.as_ref().map(|s| s.kind()),
             trace: request.trace,

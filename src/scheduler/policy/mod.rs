@@ -273,6 +273,7 @@ impl Scheduler {
     /// and the pool has room, else frees them for a later recompute.
     fn preempt(&mut self, index: usize, out: &mut SchedulerOutput, now: Instant) {
         self.preemptions += 1;
+        self.running[index].num_preemptions += 1;
         self.running[index].note(RequestEventKind::Preempted, now);
         if self.config.preemption_mode == PreemptionMode::Swap
             && let Some(pairs) = self.blocks.swap_out(&self.running[index].id)

@@ -120,6 +120,7 @@ fn finished() -> FinishedRequestStats {
         generation_tokens: 5,
         max_tokens: 64,
         n: 1,
+        num_preemptions: 0,
         intervals: RequestIntervals {
             e2e_s: 1.25,
             queue_s: Some(0.05),
@@ -165,6 +166,8 @@ fn record(instruments: &Arc<Instruments>, prompt_tokens: u64) {
             request_body_bytes: 120,
             response_body_bytes: 480,
             error_type: None,
+            generation_started: false,
+            stream_failure: None,
         };
         stats.send(http).await.unwrap();
     });
