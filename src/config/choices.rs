@@ -19,6 +19,36 @@ pub enum PreemptionMode {
     Swap,
 }
 
+/// How the prefix cache hashes full blocks (`engine.prefix_caching_hash_algo`,
+/// `--prefix-caching-hash-algo`; see `kv_cache::block_hash`). Unset: `sha256_cbor` when KV
+/// events are on (routers recompute vLLM's hashes), else `kiln`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+pub enum PrefixCachingHashAlgo {
+    /// vLLM's: SHA-256 over canonical CBOR, seeded by `PYTHONHASHSEED`.
+    #[serde(rename = "sha256_cbor")]
+    #[value(name = "sha256_cbor")]
+    Sha256Cbor,
+    /// vLLM 0.10's 64-bit form of `sha256_cbor`.
+    #[serde(rename = "sha256_cbor_64bit")]
+    #[value(name = "sha256_cbor_64bit")]
+    Sha256Cbor64bit,
+    /// kiln's own, the same in every process without a seed.
+    #[serde(rename = "kiln")]
+    #[value(name = "kiln")]
+    Kiln,
+}
+
+impl PrefixCachingHashAlgo {
+    /// The setting's name, as vLLM spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sha256Cbor => "sha256_cbor",
+            Self::Sha256Cbor64bit => "sha256_cbor_64bit",
+            Self::Kiln => "kiln",
+        }
+    }
+}
+
 /// The CPU kernels' instruction set (`engine.cpu_kernels`, `--cpu-kernels`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

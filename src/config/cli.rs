@@ -109,6 +109,10 @@ pub struct ServeArgs {
     /// Turn prefix caching off (vLLM's spelling).
     #[arg(long, conflicts_with = "enable_prefix_caching")]
     pub no_enable_prefix_caching: bool,
+    /// The prefix cache's block hash: sha256_cbor (vLLM's; the default with KV events),
+    /// sha256_cbor_64bit or kiln (the default otherwise).
+    #[arg(long, env = "KILN_PREFIX_CACHING_HASH_ALGO", value_enum)]
+    pub prefix_caching_hash_algo: Option<super::PrefixCachingHashAlgo>,
     /// Schedule each step while the one before runs (true or false; default true).
     #[arg(long, env = "KILN_ASYNC_SCHEDULING", action = clap::ArgAction::Set)]
     pub async_scheduling: Option<bool>,
@@ -319,6 +323,9 @@ impl ServeArgs {
         set(&mut c.engine.preemption_mode, &self.preemption_mode);
         set(&mut c.engine.swap_space_gib, &self.swap_space);
         set(&mut c.engine.enable_prefix_caching, &self.enable_prefix_caching);
+        if self.prefix_caching_hash_algo.is_some() {
+            c.engine.prefix_caching_hash_algo = self.prefix_caching_hash_algo;
+        }
         if self.no_enable_prefix_caching {
             c.engine.enable_prefix_caching = false;
         }

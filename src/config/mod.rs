@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use bytes::parse_bytes;
-pub use choices::{CpuActivations, CpuKernels, PreemptionMode, ToolCallParser};
+pub use choices::{CpuActivations, CpuKernels, PreemptionMode, PrefixCachingHashAlgo, ToolCallParser};
 pub use kv_events::KvEventsConfig;
 pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
@@ -116,6 +116,8 @@ pub struct EngineConfig {
     /// Reuse the KV blocks of prompts that start like an earlier one (on by default, as in
     /// vLLM v1: its cost without reuse is within noise, see docs/02-configuration.md).
     pub enable_prefix_caching: bool,
+    /// The prefix cache's block hash; `None`: `sha256_cbor` with KV events, else `kiln`.
+    pub prefix_caching_hash_algo: Option<PrefixCachingHashAlgo>,
     /// Schedule each step while the one before runs, so the executor never waits for the
     /// scheduler.
     pub async_scheduling: bool,
@@ -228,6 +230,7 @@ impl Default for EngineConfig {
             preemption_mode: PreemptionMode::Recompute,
             swap_space_gib: 4.0,
             enable_prefix_caching: true,
+            prefix_caching_hash_algo: None,
             async_scheduling: true,
             max_engine_restarts: 3,
             step_timeout_s: 300.0,

@@ -273,6 +273,7 @@ impl Instruments {
         self.step_duration.record_step(m, it);
         self.kv_offload.record_step(m, it);
         self.token_load.record_step(m, &s.tokens);
+        self.prefix_hit_rate.record_step(m, s);
         e.generation_tokens.add(it.num_generation_tokens, m);
         if it.num_batched_tokens > 0 {
             e.iteration_tokens.record(it.num_batched_tokens, m);
