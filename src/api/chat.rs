@@ -35,6 +35,7 @@ pub async fn create_chat_completion(
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<ChatCompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    super::worker_contract::dp_rank::check(&req, body.data_parallel_rank)?;
     serve::<Chat>(&state, body, RequestLog::of(&req)).await
 }
 

@@ -30,6 +30,7 @@ pub async fn create_completion(
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    super::worker_contract::dp_rank::check(&req, body.data_parallel_rank)?;
     serve::<Completions>(&state, body, RequestLog::of(&req)).await
 }
 

@@ -6,7 +6,7 @@ use actix::Addr;
 use crate::engine::events::EngineError;
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::types::RequestId;
-use crate::scheduler::actor::{GetLoad, SchedulerActor};
+use crate::scheduler::actor::{GetLoad, ResetPrefixCache, SchedulerActor};
 use crate::stats::data::SchedulerStats;
 
 #[derive(Clone)]
@@ -32,6 +32,12 @@ impl EngineHandle {
     /// Ends a request wherever it is (queued, running, swapped); its events then end.
     pub fn abort(&self, id: RequestId, reason: AbortReason) {
         self.scheduler.do_send(Abort { id, reason });
+    }
+
+    /// Empties the prefix cache: `Some(false)` while requests hold blocks, `None` when the
+    /// engine no longer runs.
+    pub async fn reset_prefix_cache(&self) -> Option<bool> {
+        self.scheduler.send(ResetPrefixCache).await.ok()
     }
 
     /// The engine's load now; `None` when it no longer runs.

@@ -35,6 +35,7 @@ pub mod tokenize;
 pub mod tokenizer_info;
 pub mod tool_calls;
 pub mod validation;
+pub mod worker_contract;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -43,9 +43,11 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool, tokenize
         .service(resource!("/detokenize", Method::POST, detokenize))
         .service(resource!("/health", Method::GET, health))
         .service(resource!("/ready", Method::GET, ready))
+        .service(resource!("/live", Method::GET, live))
         .service(resource!("/version", Method::GET, version))
         .service(resource!("/load", Method::GET, load))
-        .service(resource!("/openapi.json", Method::GET, openapi_json));
+        .service(resource!("/openapi.json", Method::GET, openapi_json))
+        .configure(super::worker_contract::routes);
     if metrics_on_this_port {
         // As vLLM's mounted app answers: HEAD too (the headers, no body), and `/metrics/`.
         let head = || web::route().method(Method::HEAD).to(metrics);
@@ -84,8 +86,9 @@ async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     )]))
 }
 
-/// Liveness: 200 while the engine can serve now or after a restart; 503 once it is dead
-/// for good (restarts exhausted, a step hung) or its actor does not answer.
+/// Health, as vLLM's: 200 once the model is loaded while the engine can serve now or after a
+/// restart; 503 while it loads (see `server::loading`), and once it is dead for good
+/// (restarts exhausted, a step hung) or its actor does not answer.
 async fn health(state: web::Data<AppState>, engine: web::Data<EngineHealth>) -> Result<HttpResponse, ApiError> {
     if !engine.is_alive() {
         return Err(ApiError::Unavailable("the engine has stopped for good".into()));
@@ -96,6 +99,12 @@ async fn health(state: web::Data<AppState>, engine: web::Data<EngineHealth>) -> 
         .await
         .ok_or_else(|| ApiError::Unavailable("the engine is not running".into()))?;
     Ok(HttpResponse::Ok().finish())
+}
+
+/// Liveness for orchestrators: 200 while the process runs, loading included (`/health` is
+/// 503 until the model is loaded, so routers never send traffic to a loading replica).
+async fn live() -> HttpResponse {
+    HttpResponse::Ok().finish()
 }
 
 /// Readiness: 200 when new requests are served now; 503 while loading, restarting the

@@ -16,6 +16,50 @@ pub enum PreemptionMode {
     Swap,
 }
 
+/// How the prefix cache hashes full blocks (`engine.prefix_caching_hash_algo`,
+/// `--prefix-caching-hash-algo`; see `kv_cache::block::hash`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+pub enum PrefixCachingHashAlgo {
+    /// `sha256_cbor` when KV events are on (routers recompute vLLM's hashes), else `kiln`.
+    #[default]
+    #[serde(rename = "auto")]
+    #[value(name = "auto")]
+    Auto,
+    /// vLLM's: SHA-256 over canonical CBOR, seeded by `PYTHONHASHSEED`.
+    #[serde(rename = "sha256_cbor")]
+    #[value(name = "sha256_cbor")]
+    Sha256Cbor,
+    /// vLLM 0.10's 64-bit form of `sha256_cbor`.
+    #[serde(rename = "sha256_cbor_64bit")]
+    #[value(name = "sha256_cbor_64bit")]
+    Sha256Cbor64bit,
+    /// kiln's own, the same in every process without a seed.
+    #[serde(rename = "kiln")]
+    #[value(name = "kiln")]
+    Kiln,
+}
+
+impl PrefixCachingHashAlgo {
+    /// `auto` made concrete: vLLM's hash when KV events are published, else kiln's own.
+    pub fn resolved(self, kv_events: bool) -> Self {
+        match self {
+            Self::Auto if kv_events => Self::Sha256Cbor,
+            Self::Auto => Self::Kiln,
+            chosen => chosen,
+        }
+    }
+
+    /// The setting's name, as vLLM spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sha256Cbor => "sha256_cbor",
+            Self::Sha256Cbor64bit => "sha256_cbor_64bit",
+            Self::Kiln => "kiln",
+            Self::Auto => "auto",
+        }
+    }
+}
+
 /// The CPU kernels' instruction set (`engine.cpu_kernels`, `--cpu-kernels`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

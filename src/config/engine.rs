@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::bytes::parse_bytes;
-use super::choices::{Activations, CpuKernels, PreemptionMode};
+use super::choices::{Activations, CpuKernels, PreemptionMode, PrefixCachingHashAlgo};
 use super::{ConfigError, invalid};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, clap::Args)]
@@ -42,6 +42,11 @@ pub struct EngineConfig {
     #[arg(long, env = "KILN_ENABLE_PREFIX_CACHING", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
     pub enable_prefix_caching: bool,
+    /// The prefix cache's block hash: sha256_cbor (vLLM's, seeded by PYTHONHASHSEED),
+    /// sha256_cbor_64bit, kiln, or auto (sha256_cbor with KV events, so that routers can
+    /// recompute it; else kiln).
+    #[arg(long, env = "KILN_PREFIX_CACHING_HASH_ALGO", value_enum)]
+    pub prefix_caching_hash_algo: PrefixCachingHashAlgo,
     /// Schedule each step while the one before runs, so the executor never waits for the
     /// scheduler (true or false; default true).
     #[arg(long, env = "KILN_ASYNC_SCHEDULING", action = clap::ArgAction::Set)]
@@ -75,6 +80,7 @@ impl Default for EngineConfig {
             preemption_mode: PreemptionMode::Recompute,
             swap_space_gib: 4.0,
             enable_prefix_caching: true,
+            prefix_caching_hash_algo: PrefixCachingHashAlgo::Auto,
             async_scheduling: true,
             max_engine_restarts: 3,
             step_timeout_s: 300.0,

@@ -123,34 +123,38 @@ impl KvEventLog {
 mod tests {
     use super::*;
 
+    fn h(v: u64) -> BlockHash {
+        BlockHash::from_u64(v)
+    }
+
     #[test]
     fn a_chain_merges_into_one_stored_event_and_a_break_starts_another() {
         let mut log = KvEventLog::default();
-        log.stored(None, 10, &[1, 2]);
-        log.stored(Some(10), 11, &[3, 4]);
-        log.stored(Some(99), 12, &[5, 6]); // parent 99 was not just stored
-        log.removed(10);
-        log.removed(11);
+        log.stored(None, h(10), &[1, 2]);
+        log.stored(Some(h(10)), h(11), &[3, 4]);
+        log.stored(Some(h(99)), h(12), &[5, 6]); // parent 99 was not just stored
+        log.removed(h(10));
+        log.removed(h(11));
         log.cleared();
         assert_eq!(
             log.take(),
             vec![
                 KvCacheEvent::BlockStored {
-                    block_hashes: vec![10, 11],
+                    block_hashes: vec![h(10), h(11)],
                     parent_block_hash: None,
                     token_ids: vec![1, 2, 3, 4],
                     block_size: 2,
                     medium: Medium::Gpu,
                 },
                 KvCacheEvent::BlockStored {
-                    block_hashes: vec![12],
-                    parent_block_hash: Some(99),
+                    block_hashes: vec![h(12)],
+                    parent_block_hash: Some(h(99)),
                     token_ids: vec![5, 6],
                     block_size: 2,
                     medium: Medium::Gpu,
                 },
                 KvCacheEvent::BlockRemoved {
-                    block_hashes: vec![10, 11],
+                    block_hashes: vec![h(10), h(11)],
                     medium: Medium::Gpu,
                 },
                 KvCacheEvent::AllBlocksCleared,
@@ -162,10 +166,10 @@ mod tests {
     #[test]
     fn events_of_different_media_never_merge() {
         let mut log = KvEventLog::default();
-        log.stored(None, 10, &[1, 2]);
-        log.stored_in(Medium::Cpu, Some(10), 11, &[3, 4]); // a child, but in another medium
-        log.removed(10);
-        log.removed_from(Medium::Cpu, 11);
+        log.stored(None, h(10), &[1, 2]);
+        log.stored_in(Medium::Cpu, Some(h(10)), h(11), &[3, 4]); // a child, but in another medium
+        log.removed(h(10));
+        log.removed_from(Medium::Cpu, h(11));
         let media: Vec<Medium> = log
             .take()
             .iter()

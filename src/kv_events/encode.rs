@@ -15,6 +15,7 @@
 
 use rmp::encode::{self, ValueWriteError};
 
+use crate::kv_cache::block::hash::BlockHash;
 use crate::kv_cache::events::KvCacheEvent;
 #[cfg(test)]
 use crate::kv_cache::events::Medium;
@@ -51,7 +52,7 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
             encode::write_str(out, "BlockStored")?;
             write_hashes(out, block_hashes)?;
             match parent_block_hash {
-                Some(hash) => drop(encode::write_uint(out, *hash)?),
+                Some(hash) => drop(encode::write_uint(out, hash.external())?),
                 None => write_nil(out)?,
             }
             encode::write_array_len(out, len(token_ids.len()))?;
@@ -77,10 +78,11 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
     Ok(())
 }
 
-fn write_hashes(out: &mut Vec<u8>, hashes: &[u64]) -> Result<(), ValueWriteError> {
+/// Each hash as its last 8 digest bytes, big-endian (vLLM's integer block hashes).
+fn write_hashes(out: &mut Vec<u8>, hashes: &[BlockHash]) -> Result<(), ValueWriteError> {
     encode::write_array_len(out, len(hashes.len()))?;
-    for &hash in hashes {
-        encode::write_uint(out, hash)?;
+    for hash in hashes {
+        encode::write_uint(out, hash.external())?;
     }
     Ok(())
 }
@@ -98,20 +100,24 @@ fn len(n: usize) -> u32 {
 mod tests {
     use super::*;
 
+    fn h(v: u64) -> BlockHash {
+        BlockHash::from_u64(v)
+    }
+
     /// The exact bytes for one event of each kind, written out by hand from the msgpack spec
     /// in the field order of vLLM's structs.
     #[test]
     fn a_batch_has_vllm_field_order_and_msgpack_shapes() {
         let events = [
             KvCacheEvent::BlockStored {
-                block_hashes: vec![1, u64::MAX],
+                block_hashes: vec![h(1), h(u64::MAX)],
                 parent_block_hash: None,
                 token_ids: vec![7, 300],
                 block_size: 1,
                 medium: Medium::Gpu,
             },
             KvCacheEvent::BlockRemoved {
-                block_hashes: vec![200],
+                block_hashes: vec![h(200)],
                 medium: Medium::Cpu,
             },
             KvCacheEvent::AllBlocksCleared,
@@ -146,8 +152,8 @@ mod tests {
     #[test]
     fn a_parent_is_an_integer() {
         let stored = KvCacheEvent::BlockStored {
-            block_hashes: vec![5],
-            parent_block_hash: Some(4),
+            block_hashes: vec![h(5)],
+            parent_block_hash: Some(h(4)),
             token_ids: vec![1],
             block_size: 1,
             medium: Medium::Gpu,

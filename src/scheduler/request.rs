@@ -9,7 +9,7 @@ use crate::engine::sampling_params::SamplingParams;
 use crate::engine::timeline::{PrefillChunk, RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
-use crate::kv_cache::block::hash::{BlockHash, hash_block};
+use crate::kv_cache::block::hash::{BlockHash, BlockHasher};
 
 pub use crate::engine::request::NewRequest;
 
@@ -122,14 +122,9 @@ impl Request {
 
     /// The chained hashes of the prompt's full blocks of `block_size` tokens (as the prefix
     /// cache keys them), computed on the first call.
-    pub fn prompt_block_hashes(&self, block_size: usize) -> &[BlockHash] {
-        self.prompt_block_hashes.get_or_init(|| {
-            let mut hashes: Vec<BlockHash> = Vec::with_capacity(self.prompt.len() / block_size);
-            for chunk in self.prompt.chunks_exact(block_size) {
-                hashes.push(hash_block(hashes.last().copied(), chunk));
-            }
-            hashes
-        })
+    pub fn prompt_block_hashes(&self, block_size: usize, hasher: &BlockHasher) -> &[BlockHash] {
+        self.prompt_block_hashes
+            .get_or_init(|| hasher.hash_all(&self.prompt, block_size))
     }
 
     /// Another choice of the same body on the same prompt: the API gives the choices of one

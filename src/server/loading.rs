@@ -1,6 +1,8 @@
-//! What the public port answers while the model loads: liveness 200, readiness 503
-//! "loading", and an OpenAI-style 503 for everything else, so a load balancer or an
-//! orchestrator sees a live process that is not ready yet instead of a refused connection.
+//! What the public port answers while the model loads: liveness (`/live`) 200, health and
+//! readiness 503 "loading" (a router checking `/health`, as vllm-router and smg do, sends no
+//! traffic here yet: vLLM's `/health` is not up until it can serve either), and an
+//! OpenAI-style 503 for everything else, so a load balancer or an orchestrator sees a live
+//! process that is not ready yet instead of a refused connection.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -29,7 +31,8 @@ pub fn serve_while_loading(
             .app_data(health.clone())
             .app_data(keys.clone())
             .wrap(actix_web::middleware::from_fn(require_api_key))
-            .route("/health", web::get().to(HttpResponse::Ok))
+            .route("/health", web::get().to(readiness))
+            .route("/live", web::get().to(HttpResponse::Ok))
             .route("/ready", web::get().to(readiness))
             .default_service(web::to(not_yet))
     })

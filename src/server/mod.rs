@@ -23,6 +23,7 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context as _;
 
 use crate::api::access_log::AccessLogSettings;
+use crate::api::worker_contract::WorkerInfo;
 use crate::api::{self, AppState, ServedModel};
 use crate::config::Config;
 use crate::engine::health::EngineHealth;
@@ -207,6 +208,10 @@ async fn start_on<E: Executor>(
         },
     );
     spawn_step_watchdog(health.clone(), Duration::from_secs_f64(config.engine.step_timeout_s));
+    let (cache_blocks, hash_algo) = (
+        prepared.scheduler.num_gpu_blocks,
+        prepared.scheduler.prefix_hasher.algo(),
+    );
     let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
     let mut scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone());
     if config.kv_events.publishes() {
@@ -225,6 +230,16 @@ async fn start_on<E: Executor>(
         stream_stall_timeout: Duration::from_secs_f64(config.server.stream_stall_timeout_s),
         tracer: tracer.clone(),
         _telemetry: Arc::clone(&telemetry),
+    });
+    let worker_info = web::Data::new(WorkerInfo {
+        block_size: config.engine.block_size,
+        num_gpu_blocks: cache_blocks,
+        max_num_seqs: config.engine.max_num_seqs,
+        max_num_batched_tokens: config.engine.max_num_batched_tokens,
+        max_waiting: config.engine.max_waiting,
+        enable_prefix_caching: config.engine.enable_prefix_caching,
+        prefix_caching_hash_algo: hash_algo.name(),
+        kv_events_endpoint: config.kv_events.publishes().then(|| config.kv_events.endpoint.clone()),
     });
     let body_limit = config.server.max_request_body_bytes;
     let body_timeout = web::Data::new(crate::api::body_deadline::BodyTimeout(Duration::from_secs_f64(
@@ -250,6 +265,7 @@ async fn start_on<E: Executor>(
             .app_data(web::PayloadConfig::new(body_limit))
             .app_data(body_timeout.clone())
             .app_data(keys.clone())
+            .app_data(worker_info.clone())
             .configure(api::routes(metrics_here, tokenizer_info))
             .wrap(actix_web::middleware::from_fn(
                 crate::api::load_header::endpoint_load_metrics,

@@ -17,6 +17,7 @@ use crate::grammar::{GrammarCompiler, GrammarLimits, VocabularySpec, token_env};
 use crate::kernels::KernelPath;
 use crate::kernels::dispatch::{int8_kernel_name, int8_vnni_on};
 use crate::kernels::matmul::INT8_MIN_TOKENS;
+use crate::kv_cache::block::hash::{BlockHasher, PrefixCachingHashAlgo};
 use crate::kv_cache::capacity::context_length;
 use crate::kv_cache::device_cache::CacheGeometry;
 use crate::model::chat_template::source::choose_chat_template;
@@ -263,6 +264,7 @@ pub fn prepare_engine<E: Executor>(
             num_cpu_blocks,
             preemption_mode: config.engine.preemption_mode,
             enable_prefix_caching: config.engine.enable_prefix_caching,
+            prefix_hasher: prefix_hasher(config),
             async_scheduling: config.engine.async_scheduling,
             kv_block_metrics_sample: if config.telemetry.kv_cache_metrics {
                 config.telemetry.kv_cache_metrics_sample
@@ -319,4 +321,23 @@ fn step_cost_model(config: &Config, files: &ModelFiles) -> StepCostModel {
         _ => 4.0 * StepCostModel::parameters(&files.config),
     };
     StepCostModel::new(&files.config, weight_bytes, 4)
+}
+
+/// The prefix cache's block hash: the configured one, else vLLM's `sha256_cbor` when KV
+/// events are published (routers and indexers recompute vLLM's hashes from token ids), else
+/// kiln's own. Seeded by `PYTHONHASHSEED` as vLLM is.
+fn prefix_hasher(config: &Config) -> BlockHasher {
+    let algo = config
+        .engine
+        .prefix_caching_hash_algo
+        .resolved(config.kv_events.enable_kv_cache_events);
+    let seed = std::env::var("PYTHONHASHSEED").ok();
+    if seed.is_none() && algo != PrefixCachingHashAlgo::Kiln {
+        tracing::warn!(
+            ?algo,
+            "PYTHONHASHSEED is not set: block hashes are random per process (as vLLM's), so no \
+             router can recompute them; set it to the same value on every replica and router"
+        );
+    }
+    BlockHasher::new(algo, seed.as_deref())
 }

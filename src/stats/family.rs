@@ -92,6 +92,8 @@ pub mod engine {
     pub const PREFIX_CACHE_QUERIES: Spec = spec("prefix_cache_queries", "{token}", "Prompt tokens looked up in the prefix cache.");
     pub const PREFIX_CACHE_HITS: Spec = spec("prefix_cache_hits", "{token}", "Prompt tokens found in the prefix cache.");
     pub const REQUEST_FAILURE: Spec = spec("request_failure", "{request}", "Requests that failed in the API server, by the stage the failure surfaced in and the HTTP status code of the error.");
+    // vLLM v0's gauge, still read by SGLang's model gateway (smg) for its cache view.
+    pub const GPU_PREFIX_CACHE_HIT_RATE: Spec = spec("gpu_prefix_cache_hit_rate", "", "Prompt tokens found in the prefix cache / looked up, since start, 0..1 (0 before any lookup).");
     pub const ADMISSION_REJECTIONS: Spec = spec("admission_rejections", "{request}", "Requests refused at the door, by reason.");
     // vLLM's KV-offload names, for kiln's host swap pool.
     pub const KV_OFFLOAD_TOTAL_BYTES: Spec = spec("kv_offload_total_bytes", "{byte}", "Bytes of KV blocks copied between the device pool and the host swap pool, by transfer_type (GPU_to_CPU: swap-out, CPU_to_GPU: swap-in).");

@@ -74,6 +74,7 @@ pub struct Instruments {
     pub(super) exemplar_store: Arc<HistogramStore>,
     pub(super) step_duration: super::step_duration::StepDurationInstrument,
     pub(super) token_load: super::token_load::TokenLoadInstruments,
+    pub(super) prefix_hit_rate: super::prefix_hit_rate::PrefixHitRate,
     pub(super) kv_offload: super::kv_offload::KvOffloadInstruments,
     pub(super) request_failure: super::request_failure::RequestFailureInstrument,
     /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
@@ -195,6 +196,7 @@ impl Instruments {
             structured: super::structured::StructuredOutputInstruments::new(&fixed, &model),
             step_duration: super::step_duration::StepDurationInstrument::new(&fixed),
             token_load: super::token_load::TokenLoadInstruments::new(&b),
+            prefix_hit_rate: super::prefix_hit_rate::PrefixHitRate::new(&b),
             kv_offload: super::kv_offload::KvOffloadInstruments::new(&b),
             request_failure: super::request_failure::RequestFailureInstrument::new(&b),
             exemplar_store,

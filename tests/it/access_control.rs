@@ -93,7 +93,7 @@ fn every_route_but_the_open_ones_needs_one_of_the_keys() {
             assert_eq!(resp.status().as_u16(), expected, "{what} with a right key");
         }
     }
-    for open in ["/health", "/ready", "/version", "/load", "/metrics"] {
+    for open in ["/health", "/live", "/ready", "/version", "/load", "/metrics"] {
         let resp = t.client.get(t.server.url(open)).send().expect("send");
         assert_eq!(resp.status().as_u16(), 200, "{open} needs no key");
     }

@@ -94,6 +94,11 @@ fn each_validator_rejects_a_broken_manifest() {
             ),
             "revisionHistoryLimits",
         ),
+        // Liveness on /health, which is 503 while a large model loads: the pod would restart.
+        (
+            broken(d, "deployment.yaml", "path: /live", "path: /health"),
+            "liveness probe is not GET /live",
+        ),
         // A grace period shorter than preStop + kiln's drain and flush.
         (
             broken(

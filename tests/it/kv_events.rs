@@ -1,13 +1,14 @@
 //! KV-cache events (`--kv-events-config`) end to end: a Python subscriber (pyzmq + msgpack)
 //! decodes kiln's ZeroMQ stream as llm-d's vLLM adapter does, checks every block hash against
-//! kiln's documented hash of its parent and tokens, fills gaps from the replay socket, and
-//! rebuilds the set of cached blocks, which must equal the prefix cache's own after a mixed
+//! kiln's documented hash of its parent and tokens (these tests choose kiln's scheme; the
+//! default with events, vLLM's `sha256_cbor`, is checked by `vllm_block_hashes`), fills gaps
+//! from the replay socket, and rebuilds the set of cached blocks, which must equal the prefix cache's own after a mixed
 //! workload that stores, hits, evicts and (after an executor restart) clears blocks.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-use kiln::config::KvEventsConfig;
+use kiln::config::{KvEventsConfig, PrefixCachingHashAlgo};
 use kiln::engine::step::StepStage;
 use kiln::executor::fake::FakeBehaviour;
 use kiln::scheduler::actor::{GetKvEventsSnapshot, KvEventsSnapshot};
@@ -29,10 +30,27 @@ impl Subscriber {
     /// Starts the subscriber; `mode` is how its SUB socket reaches kiln's PUB ("bind": kiln
     /// connects to it, as llm-d deploys; "connect": kiln binds).
     pub(crate) fn start(mode: &str, pub_endpoint: &str, replay_endpoint: &str) -> Self {
+        Self::start_checking(mode, pub_endpoint, replay_endpoint, "kiln", None)
+    }
+
+    /// [`Subscriber::start`] checking every stored hash against `scheme` ("kiln", or vLLM's
+    /// "sha256_cbor" / "sha256_cbor_64bit" with `PYTHONHASHSEED` = `seed`).
+    pub(crate) fn start_checking(
+        mode: &str,
+        pub_endpoint: &str,
+        replay_endpoint: &str,
+        scheme: &str,
+        seed: Option<&str>,
+    ) -> Self {
         let python = std::env::var("KILN_TEST_PYTHON").expect("set KILN_TEST_PYTHON (a Python with pyzmq and msgpack)");
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kv_events_subscriber.py");
-        let mut child = Command::new(python)
-            .args([script, mode, pub_endpoint, replay_endpoint, TOPIC])
+        let mut command = Command::new(python);
+        command.env_remove("PYTHONHASHSEED");
+        if let Some(seed) = seed {
+            command.env("PYTHONHASHSEED", seed);
+        }
+        let mut child = command
+            .args([script, mode, pub_endpoint, replay_endpoint, TOPIC, scheme])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -59,7 +77,7 @@ impl Subscriber {
         line.trim().to_string()
     }
 
-    fn command(&mut self, command: &str) -> Value {
+    pub(crate) fn command(&mut self, command: &str) -> Value {
         writeln!(self.stdin, "{command}").expect("write to the subscriber");
         let line = self.read_line();
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("subscriber answered {line:?}: {e}"))
@@ -149,6 +167,7 @@ fn a_subscriber_decoding_like_llm_d_rebuilds_the_prefix_cache_after_a_mixed_work
         c.engine.num_gpu_blocks_override = 48; // 192 tokens: long prompts evict
         c.engine.max_model_len = 128;
         c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
+        c.engine.prefix_caching_hash_algo = Some(PrefixCachingHashAlgo::Kiln);
     });
 
     // Shared prefixes: hits, and stores of the differing tails and the generated tokens.
@@ -224,6 +243,7 @@ fn an_executor_restart_publishes_all_blocks_cleared_and_kiln_binds_where_vllm_wo
                 &format!("tcp://*:{pub_port}"),
                 &format!("tcp://127.0.0.1:{replay_port}"),
             );
+            c.engine.prefix_caching_hash_algo = Some(PrefixCachingHashAlgo::Kiln);
         },
     );
     let mut subscriber = Subscriber::start(
@@ -261,6 +281,7 @@ fn swap_pressure_shows_the_host_tier_in_events_and_counts_its_traffic() {
         c.engine.num_gpu_blocks_override = 16;
         c.engine.preemption_mode = kiln::config::PreemptionMode::Swap;
         c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
+        c.engine.prefix_caching_hash_algo = Some(PrefixCachingHashAlgo::Kiln);
     });
     std::thread::scope(|s| {
         for i in 0..6u32 {

@@ -70,7 +70,7 @@ fn the_document_covers_every_served_route_and_each_documented_one_is_served() {
             }
         }
     }
-    assert_eq!(operations, 12, "{paths:?}");
+    assert_eq!(operations, 23, "{paths:?}");
     // An undocumented path is not served either.
     assert_eq!(send(&t, &Method::GET, "/v1/embeddings", None).0, 404);
 }

@@ -36,7 +36,13 @@ fn probes_are_answered_while_the_model_loads() {
         .json()
         .expect("json");
     assert_eq!(body["status"], "loading");
-    assert_eq!(kiln.status_of("/health"), Some(200), "alive while loading");
+    assert_eq!(kiln.status_of("/live"), Some(200), "alive while loading");
+    // Routers check /health (vllm-router, smg): not up until the model can serve, as vLLM's.
+    assert_eq!(
+        kiln.status_of("/health"),
+        Some(503),
+        "not healthy for routers while loading"
+    );
     let resp = http
         .post(kiln.url("/v1/completions"))
         .json(&json!({"prompt": "a", "max_tokens": 2}))
@@ -49,6 +55,7 @@ fn probes_are_answered_while_the_model_loads() {
 
     std::fs::remove_file(&gate).expect("open the gate");
     kiln.wait_ready();
+    assert_eq!(kiln.status_of("/health"), Some(200), "healthy once loaded");
     let resp = http
         .post(kiln.url("/v1/completions"))
         .json(&json!({"prompt": "a", "max_tokens": 2}))

@@ -7,7 +7,9 @@
 - InferencePool: the Gateway API Inference Extension's CRD (tests/data/...), its v1
   openAPIV3Schema with unknown fields rejected, plus the CRD's two CEL rules.
 - The Deployment against kiln's drain: terminationGracePeriodSeconds covers preStop, the
-  grace period and kiln's flush; probes on /ready and /health; the model given as a file.
+  grace period and kiln's flush; readiness on /ready, liveness on /live (/health is 503 while
+  the model loads, so a liveness probe on it would kill a pod with a large model), startup on
+  /health; the model given as a file.
 
 Usage: validate_manifests.py --node NODE --grace-s 30 --flush-s 3 FILE...
 Prints one line per document and exits 1 if any fails.
@@ -110,8 +112,10 @@ def drain_errors(doc, grace_s, flush_s):
         errors.append(f"terminationGracePeriodSeconds {period} < preStop {pre_stop} + grace {grace} + flush {flush_s}")
     if kiln.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/ready":
         errors.append("readiness probe is not GET /ready")
-    if kiln.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/health":
-        errors.append("liveness probe is not GET /health")
+    if kiln.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/live":
+        errors.append("liveness probe is not GET /live")
+    if kiln.get("startupProbe", {}).get("httpGet", {}).get("path") != "/health":
+        errors.append("startup probe is not GET /health (started = the model loaded)")
     ports = {p["name"]: p["containerPort"] for p in kiln.get("ports", [])}
     listen = next((a.split("=", 1)[1] for a in args if a.startswith("--metrics-listen=")), None)
     if "metrics" not in ports or listen is None or not listen.endswith(f":{ports['metrics']}"):

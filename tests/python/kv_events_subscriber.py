@@ -2,9 +2,15 @@
 (llm-d-kv-cache `pkg/kvevents/engineadapter/vllm_adapter.go`) and rebuilds the set of cached
 block hashes, for tests/it/kv_events.rs.
 
-Usage: kv_events_subscriber.py (bind|connect) PUB_ENDPOINT REPLAY_ENDPOINT TOPIC
+Usage: kv_events_subscriber.py (bind|connect) PUB_ENDPOINT REPLAY_ENDPOINT TOPIC [SCHEME]
+
+SCHEME is the block hash every stored hash is checked against: "kiln" (the default) or vLLM's
+"sha256_cbor" / "sha256_cbor_64bit" (seeded by PYTHONHASHSEED, computed as vLLM does in
+vllm_block_hashes.py, from the full parent digests of the blocks seen so far, as an external
+indexer must).
 
 It prints "ready" once its SUB socket is bound or connected, then answers commands on stdin:
+  stored N wait until N BlockStored events arrived (over PUB/SUB) and print the state;
   sync N   apply batches up to sequence N-1 (asking the replay socket for any it missed) and
            print the state as one JSON line;
   replay   ask the replay socket for every batch from 0 and print whether each payload equals
@@ -17,6 +23,7 @@ import hashlib
 import json
 import struct
 import sys
+import time
 
 import msgpack
 import zmq
@@ -45,6 +52,30 @@ def kiln_block_hash(parent, tokens):
     return int.from_bytes(hashlib.sha256(data).digest()[-8:], "big")
 
 
+class Verifier:
+    """The hash a stored block must have, given its parent's published hash and its tokens."""
+
+    def __init__(self, scheme):
+        self.scheme = scheme
+        if scheme != "kiln":
+            import vllm_block_hashes as vllm
+            self.vllm = vllm
+            self.hash_fn = vllm.HASH_FUNCTIONS[scheme]
+            self.seed_hash = vllm.none_hash(self.hash_fn)
+            self.full = {}  # published hash -> vLLM's whole hash, for the children
+
+    def expected(self, parent, tokens):
+        if self.scheme == "kiln":
+            return kiln_block_hash(parent, tokens)
+        parent_full = None if parent is None else self.full.get(parent)
+        if parent is not None and parent_full is None:
+            return None  # a parent never seen: nothing to check against
+        block_hash = self.vllm.hash_block_tokens(self.hash_fn, self.seed_hash, parent_full, tokens)
+        published = self.vllm.external(block_hash)
+        self.full[published] = block_hash
+        return published
+
+
 def parse_topic(topic):
     """llm-d's parseVLLMTopic: "kv@<pod>@<model>"."""
     parts = topic.split("@")
@@ -63,8 +94,9 @@ def event_fields(event):
 
 
 class Index:
-    def __init__(self, topic):
+    def __init__(self, topic, scheme="kiln"):
         self.topic = topic
+        self.verifier = Verifier(scheme)
         # Hashes per medium, as llm-d's precise-prefix scorer keeps them: "GPU" is kiln's
         # prefix cache, "CPU" its host swap pool.
         self.tiers = {"GPU": set(), "CPU": set()}
@@ -133,7 +165,7 @@ class Index:
                 self.error(f"BlockStored: {len(tokens)} tokens for {len(hashes)} blocks of {block_size}")
                 return
             for i, h in enumerate(hashes):
-                expected = kiln_block_hash(parent, tokens[i * block_size:(i + 1) * block_size])
+                expected = self.verifier.expected(parent, tokens[i * block_size:(i + 1) * block_size])
                 if h != expected:
                     self.error(f"BlockStored: hash {h:#x} is not the hash of its parent and tokens")
                 if h in tier:
@@ -187,6 +219,7 @@ def replay_from(dealer, start):
 
 def main():
     mode, pub_endpoint, replay_endpoint, topic = sys.argv[1:5]
+    scheme = sys.argv[5] if len(sys.argv) > 5 else "kiln"
     ctx = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.RCVHWM, 0)
@@ -194,7 +227,7 @@ def main():
     (sub.bind if mode == "bind" else sub.connect)(pub_endpoint)
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(replay_endpoint)
-    index = Index(topic)
+    index = Index(topic, scheme)
     print("ready", flush=True)
     for line in sys.stdin:
         command = line.split()
@@ -208,6 +241,15 @@ def main():
                         index.receive(parts, replayed=True)
             while sub.poll(0):  # what arrived live meanwhile is a duplicate or later
                 index.receive(sub.recv_multipart())
+            print(json.dumps(index.state()), flush=True)
+        elif command[0] == "stored":
+            target, deadline = int(command[1]), time.monotonic() + 60
+            while index.counts["BlockStored"] < target and time.monotonic() < deadline:
+                if sub.poll(200):
+                    index.receive(sub.recv_multipart())
+                else:  # a gap (sent before the subscription took) is filled from the replay
+                    for parts in replay_from(dealer, index.next_seq):
+                        index.receive(parts, replayed=True)
             print(json.dumps(index.state()), flush=True)
         elif command[0] == "replay":
             replayed = replay_from(dealer, 0)

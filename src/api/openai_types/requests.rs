@@ -96,6 +96,10 @@ pub struct CompletionRequest {
     /// `None`: the served model (vLLM accepts a missing model too).
     #[serde(default)]
     pub model: Option<String>,
+    /// The data-parallel rank to serve this request (vLLM's and SGLang's routers pin ranks);
+    /// kiln runs one engine, rank 0: any other is refused.
+    #[serde(default)]
+    pub data_parallel_rank: Option<i64>,
     pub prompt: PromptInput,
     /// Defaults to 16, as OpenAI's completions endpoint does.
     #[serde(default)]
@@ -317,6 +321,10 @@ impl ChatMessageIn {
 pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
+    /// The data-parallel rank to serve this request (vLLM's and SGLang's routers pin ranks);
+    /// kiln runs one engine, rank 0: any other is refused.
+    #[serde(default)]
+    pub data_parallel_rank: Option<i64>,
     #[schema(min_items = 1)]
     pub messages: Vec<ChatMessageIn>,
     /// Deprecated by OpenAI in favour of `max_completion_tokens`, which wins.

@@ -257,16 +257,22 @@ pub struct ModelCard {
     pub object: String,
     pub created: u64,
     pub owned_by: String,
+    /// vLLM's: the model the served name stands for (the name itself: kiln serves no aliases).
+    pub root: String,
+    /// vLLM's: the base model of an adapter (`null`: kiln serves no adapters).
+    pub parent: Option<String>,
     pub max_model_len: u32,
 }
 
 impl ModelCard {
     pub fn new(id: String, created: u64, max_model_len: u32) -> Self {
         Self {
+            root: id.clone(),
             id,
             object: "model".to_owned(),
             created,
             owned_by: "kiln".to_owned(),
+            parent: None,
             max_model_len,
         }
     }

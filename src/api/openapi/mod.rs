@@ -8,6 +8,7 @@
 
 mod operations;
 mod served;
+mod worker_operations;
 
 pub use served::{Serving, served_document};
 
@@ -39,12 +40,24 @@ use super::openai_types::{ChatCompletionChunk, CompletionChunk};
         operations::load,
         operations::metrics,
         operations::openapi_json,
+        worker_operations::live,
+        worker_operations::get_load,
+        worker_operations::loads,
+        worker_operations::get_server_info,
+        worker_operations::server_info,
+        worker_operations::get_model_info,
+        worker_operations::health_generate,
+        worker_operations::flush_cache,
+        worker_operations::reset_prefix_cache,
+        worker_operations::render_completion,
+        worker_operations::render_chat,
     ),
     components(schemas(CompletionChunk, ChatCompletionChunk)),
     tags(
         (name = "openai", description = "The OpenAI-compatible API"),
         (name = "vllm", description = "vLLM's tokenizer endpoints"),
-        (name = "service", description = "Health, readiness, load, metrics and this document")
+        (name = "service", description = "Health, readiness, load, metrics and this document"),
+        (name = "routers", description = "What vllm-router and SGLang's gateway call on a worker")
     )
 )]
 pub struct ApiDoc;

@@ -1,8 +1,8 @@
 //! One `#[utoipa::path]` per route of `api::routes`: what each accepts and answers. The
 //! functions are markers for the derive (the handlers live beside the route table); the tests
 //! check these operations against the table and a real server. While the model loads, every
-//! route but `/health` and `/ready` answers 503 (see `server::loading`); with API keys, every
-//! route but `api::auth::OPEN_PATHS` may answer 401.
+//! route but `/live` answers 503 (see `server::loading`); with API keys, every route but
+//! `api::auth::OPEN_PATHS` may answer 401.
 
 #![allow(dead_code)]
 
@@ -239,8 +239,8 @@ pub fn list_models() {}
     path = "/health",
     tag = "service",
     responses(
-        (status = 200, description = "Alive: serving now or after a restart"),
-        (status = 503, description = "Dead for good, or the engine does not answer", body = ErrorBody)
+        (status = 200, description = "Loaded, and serving now or after a restart"),
+        (status = 503, description = "Loading, dead for good, or the engine does not answer", body = ErrorBody)
     )
 )]
 pub fn health() {}

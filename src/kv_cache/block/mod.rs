@@ -27,6 +27,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
+use hash::{BlockHash, BlockHasher};
 use super::events::{KvCacheEvent, KvEventLog};
 use super::residency::{BlockResidency, ResidencyObservations};
 use super::swapped::{HostHashes, Swapped};
@@ -41,6 +42,8 @@ pub struct BlockManagerConfig {
     pub num_cpu_blocks: usize,
     pub block_size: usize,
     pub enable_prefix_caching: bool,
+    /// How full blocks are hashed (the scheme KV events publish).
+    pub prefix_hasher: BlockHasher,
 }
 
 /// A request's device blocks, and the hashes of its leading full blocks that
@@ -130,6 +133,7 @@ pub struct BlockManager {
     block_size: usize,
     num_blocks: usize,
     enable_prefix_caching: bool,
+    hasher: BlockHasher,
     ref_cnt: Vec<u32>,
     /// Free blocks that cache nothing, oldest freed first.
     free: VecDeque<u32>,
@@ -158,6 +162,7 @@ impl BlockManager {
             num_cpu_blocks: 0,
             block_size,
             enable_prefix_caching: false,
+            prefix_hasher: BlockHasher::default(),
         })
     }
 
@@ -167,6 +172,7 @@ impl BlockManager {
             block_size: cfg.block_size,
             num_blocks: cfg.num_gpu_blocks,
             enable_prefix_caching: cfg.enable_prefix_caching,
+            hasher: cfg.prefix_hasher,
             ref_cnt: vec![0; cfg.num_gpu_blocks],
             free: (0..cfg.num_gpu_blocks as u32).collect(),
             cache: PrefixCache::new(cfg.num_gpu_blocks),
@@ -207,6 +213,23 @@ impl BlockManager {
             log.cleared();
         }
         self.events = events;
+    }
+
+    /// Forgets every cached block (vLLM's `reset_prefix_cache`, SGLang's `flush_cache`): the
+    /// evictable ones become plain free blocks, oldest freed first, and `AllBlocksCleared` is
+    /// recorded. Refused (false, nothing changed) while any block is held or swapped out, as
+    /// vLLM refuses: a running request's blocks cannot be forgotten under it.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        if self.ref_cnt.iter().any(|&held| held > 0) || !self.swapped.is_empty() {
+            return false;
+        }
+        while let Some((block, _)) = self.cache.evict() {
+            self.free.push_back(block);
+        }
+        if let Some(log) = self.events.as_mut() {
+            log.cleared();
+        }
+        true
     }
 
     pub fn block_size(&self) -> usize {
@@ -259,7 +282,7 @@ impl BlockManager {
         let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
         let mut table = Table::default();
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
-            let hash = hash_block(table.hashes.last().copied(), chunk);
+            let hash = self.hasher.hash(table.hashes.last().copied(), chunk);
             let Some(&block) = self.cache.by_hash.get(&hash) else {
                 break;
             };
@@ -393,7 +416,7 @@ impl BlockManager {
         for i in table.hashes.len()..num_full {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             let parent = table.hashes.last().copied();
-            let hash = hash_block(parent, chunk);
+            let hash = self.hasher.hash(parent, chunk);
             table.hashes.push(hash);
             if self.cache.insert(table.blocks[i], hash)
                 && let Some(log) = self.events.as_mut()

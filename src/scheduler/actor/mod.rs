@@ -262,6 +262,25 @@ impl Handler<GetLoad> for SchedulerActor {
     }
 }
 
+/// Empty the prefix cache; answers whether it did (no request held blocks).
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub struct ResetPrefixCache;
+
+impl Handler<ResetPrefixCache> for SchedulerActor {
+    type Result = bool;
+
+    fn handle(&mut self, _: ResetPrefixCache, _: &mut Context<Self>) -> bool {
+        let reset = self.scheduler.reset_prefix_cache();
+        // Subscribers learn of it now, not at the next step (there may be none for a while).
+        if reset && let Some(kv_events) = self.kv_events.as_mut() {
+            kv_events.send(self.scheduler.take_kv_events());
+        }
+        tracing::info!(reset, "prefix cache reset requested");
+        reset
+    }
+}
+
 /// The prefix cache's hashes now and the KV-event batches queued so far, for tests that
 /// check a subscriber's view against the engine's.
 #[cfg(feature = "testing")]
@@ -290,7 +309,12 @@ impl Handler<GetKvEventsSnapshot> for SchedulerActor {
         }
         let (batches_queued, batches_dropped) = self.kv_events.as_ref().map_or((0, 0), |k| (k.accepted(), k.dropped()));
         actix::MessageResult(KvEventsSnapshot {
-            cached_block_hashes: self.scheduler.cached_block_hashes(),
+            cached_block_hashes: self
+                .scheduler
+                .cached_block_hashes()
+                .into_iter()
+                .map(|h| h.external())
+                .collect(),
             batches_queued,
             batches_dropped,
         })

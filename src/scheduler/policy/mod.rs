@@ -17,6 +17,7 @@ use crate::kv_cache::block::{BlockManager, BlockManagerConfig};
 use crate::scheduler::step::budget::StepBudget;
 pub use crate::scheduler::step::budget::StepSharing;
 use crate::scheduler::step::time::{StepShape, StepTimeModel};
+use crate::kv_cache::block::hash::BlockHasher;
 use crate::stats::data::{FinishedRequestStats, IterationStats, Observation, SchedulerStats};
 use crate::stats::step_cost::StepCostModel;
 
@@ -34,6 +35,8 @@ pub struct SchedulerConfig {
     pub num_cpu_blocks: usize,
     pub preemption_mode: PreemptionMode,
     pub enable_prefix_caching: bool,
+    /// How the prefix cache hashes full blocks.
+    pub prefix_hasher: BlockHasher,
     /// Schedule each step while the one before runs ([`Scheduler::schedule_ahead`]).
     pub async_scheduling: bool,
     /// Fraction of KV-block allocations sampled for the residency histograms
@@ -116,6 +119,7 @@ impl Scheduler {
             num_cpu_blocks: config.num_cpu_blocks,
             block_size: config.block_size,
             enable_prefix_caching: config.enable_prefix_caching,
+            prefix_hasher: config.prefix_hasher,
         });
         blocks.sample_residency(config.kv_block_metrics_sample);
         blocks
@@ -523,6 +527,12 @@ impl Scheduler {
         }
         self.blocks.replace_after_restart(Self::new_blocks(&self.config));
         result
+    }
+
+    /// Empties the prefix cache (`POST /reset_prefix_cache`, `/flush_cache`); false, changing
+    /// nothing, while a request holds blocks (running or swapped out), as vLLM refuses.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.blocks.reset_prefix_cache()
     }
 
     /// Blocks registered in the prefix cache (tests check a restart empties it).

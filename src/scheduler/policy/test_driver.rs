@@ -29,6 +29,7 @@ pub(super) fn config(blocks: usize) -> SchedulerConfig {
         num_cpu_blocks: 0,
         preemption_mode: PreemptionMode::Recompute,
         enable_prefix_caching: false,
+        prefix_hasher: Default::default(),
         async_scheduling: false,
         kv_block_metrics_sample: 0.0,
         step_cost: None,

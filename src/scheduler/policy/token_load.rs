@@ -29,7 +29,7 @@ impl Scheduler {
             return 0;
         }
         let block_size = self.config.block_size;
-        let hashes = request.prompt_block_hashes(block_size);
+        let hashes = request.prompt_block_hashes(block_size, &self.config.prefix_hasher);
         let max_blocks = (request.total_len().saturating_sub(1) / block_size).min(hashes.len());
         self.blocks.cached_prefix_blocks(&hashes[..max_blocks]) * block_size
     }
@@ -91,6 +91,7 @@ mod tests {
     fn the_prefix_cache_covers_whole_blocks_of_a_waiting_prompt() {
         let caching = SchedulerConfig {
             enable_prefix_caching: true,
+            prefix_hasher: Default::default(),
             max_num_seqs: 1,
             ..config(64)
         };

@@ -37,6 +37,7 @@ fn scheduler(async_scheduling: bool) -> Scheduler {
         num_cpu_blocks: 0,
         preemption_mode: PreemptionMode::Recompute,
         enable_prefix_caching: false,
+        prefix_hasher: Default::default(),
         async_scheduling,
         kv_block_metrics_sample: 0.0,
         step_cost: None,

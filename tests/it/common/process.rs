@@ -35,6 +35,8 @@ pub struct Launch {
     pub env: Vec<(String, OsString)>,
     /// Serve HTTPS and talk to it with this client (`None`: plain HTTP).
     pub https_client: Option<HttpsClient>,
+    /// Listen here (a restarted replica behind a router keeps its address); `None`: a free port.
+    pub port: Option<u16>,
 }
 
 impl Default for Launch {
@@ -48,6 +50,7 @@ impl Default for Launch {
             args: ["--kv-cache-memory", "64MiB"].map(String::from).to_vec(),
             env: Vec::new(),
             https_client: None,
+            port: None,
         }
     }
 }
@@ -76,7 +79,7 @@ impl Launch {
             Some(model) => model,
             None => write_tiny_model(dir.path(), self.spec).expect("tiny model"),
         };
-        let port = free_port();
+        let port = self.port.unwrap_or_else(free_port);
         let log = dir.path().join("kiln.log");
         let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(["serve", "--model"])

@@ -12,6 +12,7 @@ fn manager(num_gpu_blocks: usize, num_cpu_blocks: usize, prefix: bool) -> BlockM
         num_cpu_blocks,
         block_size: 4,
         enable_prefix_caching: prefix,
+        prefix_hasher: Default::default(),
     })
 }
 

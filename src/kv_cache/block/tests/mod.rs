@@ -13,6 +13,7 @@ fn config(num_gpu_blocks: usize, num_cpu_blocks: usize, block_size: usize, prefi
         num_cpu_blocks,
         block_size,
         enable_prefix_caching: prefix,
+        prefix_hasher: Default::default(),
     }
 }
 
@@ -295,4 +296,37 @@ fn swapped_blocks_are_announced_in_the_cpu_medium_and_withdrawn_when_they_return
         matches!(removed.as_slice(), [KvCacheEvent::BlockRemoved { medium: Medium::Cpu, block_hashes }] if block_hashes.len() == 2),
         "{removed:?}"
     );
+}
+
+#[test]
+fn reset_prefix_cache_forgets_every_cached_block_once_none_is_held() {
+    let mut bm = BlockManager::with_config(config(4, 0, 2, true));
+    bm.record_kv_events();
+    let (a, b) = (id("a"), id("b"));
+    let prompt = [1, 2, 3, 4, 5];
+    run_prompt(&mut bm, &a, &prompt);
+    assert_eq!(bm.num_cached_blocks(), 2);
+    // Held by a running request: refused, nothing forgotten.
+    assert!(!bm.reset_prefix_cache());
+    assert_eq!(bm.num_cached_blocks(), 2);
+    bm.free(&a);
+    bm.take_kv_events();
+    assert!(bm.reset_prefix_cache());
+    assert_eq!(bm.num_cached_blocks(), 0);
+    assert_eq!(bm.num_free_blocks(), 4, "the evictable blocks are plain free ones now");
+    assert_eq!(bm.take_kv_events(), vec![KvCacheEvent::AllBlocksCleared]);
+    // The same prompt finds nothing cached, and caches again.
+    assert_eq!(run_prompt(&mut bm, &b, &prompt), 0);
+    assert_eq!(bm.num_cached_blocks(), 2);
+}
+
+#[test]
+fn reset_prefix_cache_is_refused_while_a_request_is_swapped_out() {
+    let mut bm = BlockManager::with_config(config(4, 4, 2, true));
+    let a = id("a");
+    run_prompt(&mut bm, &a, &[1, 2, 3, 4, 5]);
+    bm.swap_out(&a).expect("host room");
+    assert!(!bm.reset_prefix_cache());
+    bm.free_swapped(&a);
+    assert!(bm.reset_prefix_cache());
 }

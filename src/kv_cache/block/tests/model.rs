@@ -15,6 +15,7 @@ fn config(num_gpu_blocks: usize, num_cpu_blocks: usize, block_size: usize, prefi
         num_cpu_blocks,
         block_size,
         enable_prefix_caching: prefix,
+        prefix_hasher: Default::default(),
     }
 }
 
@@ -368,7 +369,7 @@ impl Model {
 
 /// Applies KV-cache events to a subscriber's set of hashes, checking each stored hash is
 /// the hash of its parent and tokens (what a router replaying them relies on).
-fn replay_events(set: &mut HashSet<u64>, events: Vec<KvCacheEvent>) {
+fn replay_events(set: &mut HashSet<BlockHash>, events: Vec<KvCacheEvent>) {
     for event in events {
         match event {
             KvCacheEvent::BlockStored {
@@ -383,7 +384,7 @@ fn replay_events(set: &mut HashSet<u64>, events: Vec<KvCacheEvent>) {
                 for (hash, tokens) in block_hashes.into_iter().zip(token_ids.chunks(block_size)) {
                     assert_eq!(
                         hash,
-                        hash_block(parent, tokens),
+                        BlockHasher::default().hash(parent, tokens),
                         "a stored hash is its parent's and tokens'"
                     );
                     assert!(set.insert(hash), "stored twice without a removal");

@@ -98,6 +98,7 @@ fn four_choices_compute_their_prompt_once_with_the_prefix_cache_off_or_on() {
     for caching in [false, true] {
         let cfg = SchedulerConfig {
             enable_prefix_caching: caching,
+            prefix_hasher: Default::default(),
             ..config(256)
         };
         // 150 tokens of 4-token blocks: 37 full blocks hold the first 148, the 38th the rest.

@@ -62,6 +62,7 @@ fn run_counting(s: &mut Scheduler, totals: &mut Totals) {
 fn caching(blocks: usize) -> SchedulerConfig {
     SchedulerConfig {
         enable_prefix_caching: true,
+        prefix_hasher: Default::default(),
         ..config(blocks)
     }
 }
@@ -138,4 +139,24 @@ fn sampled_blocks_report_residency_and_steps_their_cost_when_asked() {
         assert_eq!(totals.reuse_gaps > 0, on, "reuses observed: {}", totals.reuse_gaps);
         assert_eq!(totals.flops > 0.0, on, "flops {}", totals.flops);
     }
+}
+
+#[test]
+fn a_reset_prefix_cache_is_refused_while_a_request_runs_and_then_misses_every_prompt() {
+    let mut s = Scheduler::new(caching(64), vec![EOS]);
+    let mut totals = Totals::default();
+    s.add(request("first", 17, 2), Instant::now()).expect("admitted");
+    let batch = s.schedule(Instant::now());
+    assert!(!s.reset_prefix_cache(), "first holds its blocks");
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let out = fake.execute(&batch).expect("fake runs");
+    s.update_from_output(&batch, out, Instant::now());
+    run_counting(&mut s, &mut totals);
+    assert!(s.num_cached_blocks() > 0);
+    assert!(s.reset_prefix_cache());
+    assert_eq!(s.num_cached_blocks(), 0);
+    s.add(request("again", 17, 2), Instant::now()).expect("admitted");
+    run_counting(&mut s, &mut totals);
+    let usage: std::collections::HashMap<_, _> = totals.usage.into_iter().collect();
+    assert_eq!(usage["again"].cached_prompt_tokens, 0, "the cache was emptied");
 }
