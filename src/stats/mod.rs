@@ -22,7 +22,6 @@ mod kv_offload;
 pub mod metrics_endpoint;
 pub mod native_buckets;
 pub mod otlp_push;
-pub mod otlp;
 pub mod prefix_hit_rate;
 pub mod prom_proto;
 pub mod prompt_source;

@@ -27,12 +27,11 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
-use hash::{BlockHash, BlockHasher};
 use super::events::{KvCacheEvent, KvEventLog};
 use super::residency::{BlockResidency, ResidencyObservations};
 use super::swapped::{HostHashes, Swapped};
 use crate::engine::types::RequestId;
-use hash::{BlockHash, hash_block};
+use hash::{BlockHash, BlockHasher};
 
 /// Sizes of both pools and whether full blocks are shared between requests by content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
