@@ -8,6 +8,7 @@
 # "healthy" -> restarting (vLLM's "unhealthy") -> "healthy" again, which the test observes
 # at /metrics.
 
+import threading
 import time
 
 import requests
@@ -42,18 +43,21 @@ def _ft_metrics_follow_local_health(server, path):
     assert len(samples) == 1
     assert samples[0].labels == {"engine": "0"}  # kiln: engine 0 (vLLM's mock says 2)
     assert samples[0].value == 1
-    client = server.get_client()
-    try:
-        client.completions.create(
-            model=server.model_name, prompt=[5, 6], max_tokens=5, extra_body={"ignore_eos": True}
+    # The request fails with its batch once the executor is back: it runs in a thread while
+    # the test watches the gauge go to 0 and back.
+    failing = threading.Thread(
+        target=lambda: requests.post(
+            server.url_for("v1", "completions"),
+            json={"prompt": [5, 6], "max_tokens": 5, "ignore_eos": True},
         )
-    except Exception:
-        pass  # the request fails with its batch; the engine restarts
+    )
+    failing.start()
     for expected in (0, 1):
         samples = _wait_for(server, expected, path)
         assert len(samples) == 1
         assert samples[0].labels == {"engine": "0"}
         assert samples[0].value == expected
+    failing.join(timeout=60)
 
 
 def test_ft_metrics_follow_local_health_metrics(server):
