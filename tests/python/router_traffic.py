@@ -5,8 +5,8 @@ Usage: router_traffic.py BASE_URL MODE [ARGS...] prints one JSON line.
   check                 completions, chat, and both streamed, each once (exits non-zero on
                         a failed check);
   burst N CONCURRENCY [SESSION|-] [PREFIX]
-                        N completions, CONCURRENCY at a time, each with `user` and
-                        X-Session-ID = SESSION when given and a prompt starting with PREFIX;
+                        N completions, CONCURRENCY at a time, each with `user`,
+                        X-Session-ID and X-SMG-Routing-Key = SESSION when given and a prompt starting with PREFIX;
                         prints how many succeeded and each error's class and status.
 """
 
@@ -52,7 +52,8 @@ def burst(base_url, n, concurrency, session, prefix):
         extra = {}
         kwargs = {}
         if session:
-            extra["X-Session-ID"] = session
+            extra["X-Session-ID"] = session  # vllm-router's session header
+            extra["X-SMG-Routing-Key"] = session  # smg's
             kwargs["user"] = session
         try:
             c.completions.create(

@@ -18,13 +18,15 @@ fn document() -> Value {
 
 /// `(METHOD, path)` of every `resource!(path, Method::X, handler)` line of the route table.
 fn route_table() -> BTreeSet<(String, String)> {
-    let source = include_str!("../routes.rs");
+    // The main table and the routers' worker endpoints, each in the `resource!` form.
+    let source = [include_str!("../routes.rs"), include_str!("../worker_contract/mod.rs")].concat();
     source
-        .split("resource!(\"")
+        .split("resource!(")
         .skip(1)
         .filter_map(|rest| {
-            let (path, rest) = rest.split_once('"')?;
-            let method = rest.trim_start_matches([',', ' ']).strip_prefix("Method::")?;
+            // rustfmt breaks a long invocation over lines.
+            let (path, rest) = rest.trim_start().strip_prefix('"')?.split_once('"')?;
+            let method = rest.trim_start_matches([',', ' ', '\n']).strip_prefix("Method::")?;
             let method = method.split(|c: char| !c.is_ascii_alphabetic()).next()?;
             Some((method.to_owned(), path.to_owned()))
         })

@@ -42,9 +42,13 @@ fn vllm_router_drives_two_kiln_replicas_with_every_policy() {
         serves_the_openai_client(&router, 4);
         consistent_hashing_keeps_a_session_on_one_replica(&fleet, &router);
     }
-    let router = vllm_router(&fleet, "cache_aware");
-    serves_the_openai_client(&router, 4);
-    a_repeated_prefix_lands_where_it_is_cached(&fleet, &router);
+    {
+        let router = vllm_router(&fleet, "cache_aware");
+        serves_the_openai_client(&router, 4);
+        a_repeated_prefix_lands_where_it_is_cached(&fleet, &router);
+    }
+    // Round robin, so that the killed replica is sure to have requests in flight.
+    let router = vllm_router(&fleet, "round_robin");
     let errors = survives_a_replica_killed_mid_traffic(&mut fleet, &router);
     eprintln!("vllm-router: {errors} client errors of 40 with a replica killed mid-traffic");
 }
