@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use super::{Config, ConfigError, SecurityArgs};
+use super::{Config, ConfigError, LoraArgs, SecurityArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -242,6 +242,8 @@ pub struct ServeArgs {
     pub kv_events_config: Option<String>,
     #[command(flatten)]
     pub security: SecurityArgs,
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 impl ServeArgs {
@@ -364,6 +366,7 @@ impl ServeArgs {
         if let Some(json) = &self.kv_events_config {
             c.kv_events = super::KvEventsConfig::from_json(json)?;
         }
+        self.lora.apply(&mut c.lora)?;
         c.validate()?;
         c.validate_environment(|name| std::env::var(name).ok())?;
         Ok(c)

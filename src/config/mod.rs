@@ -5,6 +5,7 @@ mod bytes;
 mod choices;
 pub mod cli;
 pub mod kv_events;
+pub mod lora;
 pub mod scheduler;
 pub mod security;
 mod security_args;
@@ -17,6 +18,7 @@ use serde::Deserialize;
 pub use bytes::parse_bytes;
 pub use choices::{CpuActivations, CpuKernels, PreemptionMode, ToolCallParser};
 pub use kv_events::KvEventsConfig;
+pub use lora::{LoraArgs, LoraConfig, LoraModule};
 pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
 pub use security_args::SecurityArgs;
@@ -34,6 +36,7 @@ pub struct Config {
     pub telemetry: TelemetrySettings,
     pub kv_events: KvEventsConfig,
     pub scheduler: SchedulerSettings,
+    pub lora: LoraConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -421,6 +424,7 @@ impl Config {
         self.security.validate()?;
         self.kv_events.validate()?;
         self.scheduler.validate()?;
+        self.lora.validate()?;
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use crate::engine::sampling_params::SamplingParams;
 use crate::engine::timeline::{PrefillChunk, RequestEventKind, RequestEvents, RequestTimeline};
 use crate::engine::trace_context::TraceContext;
 use crate::engine::types::{Operation, RequestId};
-use crate::kv_cache::block::hash::{BlockHash, hash_block};
+use crate::kv_cache::block::hash::{BlockHash, first_parent, hash_block};
 
 pub use crate::engine::request::NewRequest;
 
@@ -23,6 +23,8 @@ pub(crate) struct Request {
     pub seed: Option<u64>,
     pub operation: Operation,
     pub trace: Option<TraceContext>,
+    /// The LoRA adapter it runs under (`None`: the base model).
+    pub lora: Option<u32>,
     pub timestamps: RequestTimestamps,
     /// Traced requests only: scheduling events for the span (nothing kept otherwise).
     pub events: Option<Box<RequestEvents>>,
@@ -56,6 +58,7 @@ impl Request {
             operation: new.operation,
             events: new.trace.map(|_| Box::default()),
             trace: new.trace,
+            lora: new.lora,
             timestamps,
             num_computed: 0,
             in_flight: InFlight::default(),
@@ -123,7 +126,7 @@ impl Request {
         self.prompt_block_hashes.get_or_init(|| {
             let mut hashes: Vec<BlockHash> = Vec::with_capacity(self.prompt.len() / block_size);
             for chunk in self.prompt.chunks_exact(block_size) {
-                hashes.push(hash_block(hashes.last().copied(), chunk));
+                hashes.push(hash_block(hashes.last().copied().or(first_parent(self.lora)), chunk));
             }
             hashes
         })

@@ -258,6 +258,12 @@ pub struct ModelCard {
     pub created: u64,
     pub owned_by: String,
     pub max_model_len: u32,
+    /// A LoRA adapter's folder (vLLM's `root`); absent for the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// The base model a LoRA adapter runs on (vLLM's `parent`); absent for the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl ModelCard {
@@ -268,6 +274,8 @@ impl ModelCard {
             created,
             owned_by: "kiln".to_owned(),
             max_model_len,
+            root: None,
+            parent: None,
         }
     }
 }

@@ -26,9 +26,28 @@ pub fn hash_block(parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
     u64::from_be_bytes(last)
 }
 
+/// What a request's first block chains from: nothing for the base model; for a LoRA adapter,
+/// a root hashed from its id, so that a prefix computed under one adapter is never reused
+/// under another or the base (vLLM folds the adapter into its block hashes' extra keys).
+/// The root is the hash of a two-token block `[u32::MAX, id]`: no real block holds the
+/// token `u32::MAX`.
+pub fn first_parent(lora: Option<u32>) -> Option<BlockHash> {
+    lora.map(|id| hash_block(None, &[u32::MAX, id]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_adapter_roots_its_own_chain() {
+        let tokens = [1, 2, 3, 4];
+        let base = hash_block(first_parent(None), &tokens);
+        let one = hash_block(first_parent(Some(1)), &tokens);
+        let two = hash_block(first_parent(Some(2)), &tokens);
+        assert_eq!(base, hash_block(None, &tokens));
+        assert!(base != one && one != two && base != two);
+    }
 
     /// Fixed values: a change here changes every hash kiln publishes, which routers that
     /// index kiln's events would see as a cache wiped at the upgrade.

@@ -13,6 +13,7 @@ use crate::engine::messages::AbortReason;
 use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use crate::engine::timeline::RequestEventKind;
 use crate::engine::types::{FinishReason, RequestId};
+use crate::kv_cache::block::hash::first_parent;
 use crate::kv_cache::block::{BlockManager, BlockManagerConfig};
 use crate::scheduler::step::budget::StepBudget;
 pub use crate::scheduler::step::budget::StepSharing;
@@ -43,6 +44,9 @@ pub struct SchedulerConfig {
     pub step_cost: Option<StepCostModel>,
     /// The time budget and the partial-prefill limits (off by default).
     pub sharing: StepSharing,
+    /// Distinct LoRA adapters one step may run (`--max-loras`); a request whose adapter
+    /// finds no slot waits.
+    pub max_loras: usize,
 }
 
 pub use crate::config::PreemptionMode;
@@ -319,6 +323,7 @@ impl Scheduler {
                 Vec::new()
             },
             prompt_token_ids: params.uses_prompt_tokens().then(|| Arc::clone(&request.prompt)),
+            lora: request.lora,
         };
         request.in_flight.send(num_new, sample);
         sequence
@@ -383,8 +388,12 @@ impl Scheduler {
             let bs = self.config.block_size;
             if self.config.enable_prefix_caching && request.num_computed / bs > start / bs {
                 let tokens = request.tokens(0, request.num_computed);
-                self.blocks
-                    .cache_full_blocks(&request.id, &tokens, request.num_computed);
+                self.blocks.cache_full_blocks_under(
+                    &request.id,
+                    first_parent(request.lora),
+                    &tokens,
+                    request.num_computed,
+                );
             }
             if start < prompt_len && request.prompt_computed() {
                 self.fork_into_waiting_siblings(index);
