@@ -27,6 +27,8 @@ pub struct FanOut<'a> {
     pub max_model_len: usize,
     /// The fields an error names when a prompt does not fit the context.
     pub params: ParamNames,
+    /// The LoRA adapter every choice runs under (`None`: the base model).
+    pub lora: Option<u32>,
 }
 
 /// `n` choices per prompt, numbered prompt-major as OpenAI numbers them. The choices share
@@ -60,6 +62,7 @@ pub fn plan_choices(
                     operation: fan_out.operation,
                     arrival: fan_out.arrival,
                     trace: None,
+                    lora: fan_out.lora,
                 },
             });
         }
@@ -96,6 +99,7 @@ mod tests {
                 prompt: "prompt",
                 max_tokens: "max_tokens",
             },
+            lora: None,
         }
     }
 

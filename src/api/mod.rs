@@ -70,6 +70,18 @@ pub struct ServedModel {
     pub tool_parser: Option<tool_calls::ToolCallParser>,
     /// What `GET /tokenizer_info` answers (see [`tokenizer_info`]).
     pub tokenizer_config: Arc<serde_json::Value>,
+    /// LoRA adapters requests may name in `model` instead of `name`.
+    pub adapters: Vec<ServedAdapter>,
+}
+
+/// A LoRA adapter served beside the base model.
+#[derive(Debug, Clone)]
+pub struct ServedAdapter {
+    pub name: String,
+    /// Its id in engine requests.
+    pub id: u32,
+    /// Its folder (`root` in `/v1/models`).
+    pub path: String,
 }
 
 /// Shared, read-only state of every handler.
@@ -94,11 +106,13 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// A request may name the served model or none; anything else is 404.
-    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+    /// A request may name the served model, one of its LoRA adapters (returned) or none;
+    /// anything else is 404.
+    pub fn check_model(&self, requested: Option<&str>) -> Result<Option<&ServedAdapter>, ApiError> {
         match requested {
-            None => Ok(()),
-            Some(name) if name == self.model.name => Ok(()),
+            None => Ok(None),
+            Some(name) if name == self.model.name => Ok(None),
+            Some(name) if let Some(adapter) = self.model.adapters.iter().find(|a| a.name == name) => Ok(Some(adapter)),
             Some(name) => {
                 // The client's text, escaped (`?`) so that a CR/LF in it cannot forge a log line.
                 tracing::debug!(requested_model = ?name, "a request named a model this server does not serve");

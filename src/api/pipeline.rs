@@ -127,7 +127,7 @@ pub async fn serve<E: Endpoint>(
     log: Arc<RequestLog>,
 ) -> Result<HttpResponse, ApiError> {
     let arrival = Instant::now();
-    state.check_model(E::requested_model(&request))?;
+    let adapter = state.check_model(E::requested_model(&request))?;
     let mut params = E::sampling_params(&request)?;
     E::check_served(&request, &state.model)?;
     check_logit_bias_ids(&params, state.model.token_id_bound)?;
@@ -139,7 +139,8 @@ pub async fn serve<E: Endpoint>(
         max_tokens: E::max_tokens_param(&request),
     };
     let delivery = E::delivery(&request);
-    let head = ResponseHead::new(E::ID_PREFIX, &state.model.name, state.per_request_metrics);
+    let model_name = adapter.map_or(&state.model.name, |a| &a.name);
+    let head = ResponseHead::new(E::ID_PREFIX, model_name, state.per_request_metrics);
     let id = head.id.clone();
     let format = E::format(&request, head, &state.model);
     let prompts = E::prompts(request, &state.model).await?;
@@ -154,6 +155,7 @@ pub async fn serve<E: Endpoint>(
         arrival,
         max_model_len: state.model.max_model_len,
         params: names,
+        lora: adapter.map(|a| a.id),
     };
     let choices_per_prompt = params.n.max(1);
     let span_params = SpanParams {
@@ -171,7 +173,7 @@ pub async fn serve<E: Endpoint>(
         let spans = RequestSpans {
             plan,
             request_id,
-            model: state.model.name.clone(),
+            model: model_name.clone(),
             operation: E::OPERATION.as_str(),
             params: span_params,
             prompt_tokens,
@@ -180,7 +182,7 @@ pub async fn serve<E: Endpoint>(
         };
         Some((Arc::clone(tracer), spans))
     });
-    let record = RequestRecord::new(log, traced, state.model.name.clone(), prompt_tokens, choices.len());
+    let record = RequestRecord::new(log, traced, model_name.clone(), prompt_tokens, choices.len());
     let choices = submit_choices(&state.engine, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
     match delivery {
         Delivery::Stream(usage) => Ok(sse_response(

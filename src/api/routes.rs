@@ -79,11 +79,13 @@ async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> 
 
 async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     let m = &state.model;
-    HttpResponse::Ok().json(ModelList::new(vec![ModelCard::new(
-        m.name.clone(),
-        m.created,
-        m.max_model_len as u32,
-    )]))
+    let base = ModelCard::new(m.name.clone(), m.created, m.max_model_len as u32);
+    let adapters = m.adapters.iter().map(|a| ModelCard {
+        root: Some(a.path.clone()),
+        parent: Some(m.name.clone()),
+        ..ModelCard::new(a.name.clone(), m.created, m.max_model_len as u32)
+    });
+    HttpResponse::Ok().json(ModelList::new(std::iter::once(base).chain(adapters).collect()))
 }
 
 /// Health, as vLLM's: 200 once the model is loaded while the engine can serve now or after a

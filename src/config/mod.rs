@@ -15,6 +15,7 @@ pub mod cli;
 mod engine;
 pub mod kv_events;
 mod limits;
+mod lora;
 mod model;
 pub mod scheduler;
 pub mod security;
@@ -30,6 +31,7 @@ pub use choices::{Activations, CpuKernels, PreemptionMode, PrefixCachingHashAlgo
 pub use engine::EngineConfig;
 pub use kv_events::KvEventsConfig;
 pub use limits::LimitsConfig;
+pub use lora::{LoraConfig, LoraModule};
 pub use model::ModelSettings;
 pub use scheduler::SchedulerSettings;
 pub use security::SecurityConfig;
@@ -59,6 +61,8 @@ pub struct Config {
     pub kv_events: KvEventsConfig,
     #[command(flatten)]
     pub scheduler: SchedulerSettings,
+    #[command(flatten)]
+    pub lora: LoraConfig,
 }
 
 /// A configuration value was refused; the message names the key.
@@ -105,6 +109,7 @@ impl Config {
         self.security.validate()?;
         self.kv_events.validate()?;
         self.scheduler.validate()?;
+        self.lora.validate()?;
         Ok(())
     }
 

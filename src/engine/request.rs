@@ -23,4 +23,6 @@ pub struct NewRequest {
     pub arrival: Instant,
     /// The span this engine request's telemetry links to; `None` when it is not traced.
     pub trace: Option<TraceContext>,
+    /// The LoRA adapter it runs under (its id, from 1), or `None` for the base model.
+    pub lora: Option<u32>,
 }

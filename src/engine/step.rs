@@ -40,6 +40,8 @@ pub struct ScheduledSequence {
     pub output_token_ids: Vec<u32>,
     /// Prompt tokens, sent only when the repetition penalty needs them.
     pub prompt_token_ids: Option<Arc<Vec<u32>>>,
+    /// The LoRA adapter the sequence runs under, or `None` for the base model.
+    pub lora: Option<u32>,
 }
 
 /// One engine step: the batch handed to the executor.

@@ -193,6 +193,7 @@ mod tests {
             num_generated: output.len(),
             output_token_ids: output.to_vec(),
             prompt_token_ids: None,
+            lora: None,
         }
     }
 

@@ -104,6 +104,7 @@ impl ModelRunner {
                 block_table: s.block_table.clone(),
                 wants_logits: s.sample,
                 all_logits: wants_prompt_logprobs(s),
+                lora: s.lora,
             })
             .collect();
         if !seqs.iter().any(|s| !s.token_ids.is_empty()) {
@@ -158,6 +159,13 @@ impl ModelRunner {
     /// One forward pass and what its rows come to: samples, prompt logprobs, grammar stats.
     fn run_pass(&mut self, sequences: &[ScheduledSequence]) -> Result<ModelOutput, ExecutorError> {
         let vocab = self.model.config.vocab_size;
+        if let Some(id) = sequences
+            .iter()
+            .filter_map(|s| s.lora)
+            .find(|&id| self.model.adapter(id).is_none())
+        {
+            return Err(ExecutorError::Failed(format!("no LoRA adapter with id {id} is loaded")));
+        }
         let mut logits = self.forward(sequences);
         let wanted: usize = sequences.iter().map(logit_rows).sum();
         if logits.len() != wanted * vocab {

@@ -72,6 +72,7 @@ mod tests {
             num_generated: 1,
             output_token_ids: vec![11],
             prompt_token_ids: None,
+            lora: None,
         }
     }
 

@@ -146,6 +146,7 @@ mod tests {
             num_generated: 0,
             output_token_ids: Vec::new(),
             prompt_token_ids: Some(Arc::new(prompt)),
+            lora: None,
         }
     }
 

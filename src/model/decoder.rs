@@ -6,6 +6,7 @@
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
 use super::config::{Activation, ModelConfig};
+use super::lora::{LoraRows, Target};
 use super::projection::Projection;
 use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::PagedKvCache;
@@ -65,6 +66,15 @@ pub(super) trait LayerOps<B: KvCacheOps> {
     /// RMSNorm of each `head_dim` slice of each row.
     fn head_norm(&self, x: Self::Rows, weight: &NormWeight<B>) -> Self::Rows;
     fn project(&self, projection: &Projection<B>, x: &Self::Rows) -> Self::Rows;
+    /// `y + ` each adapter's `target` deltas of `layer` on its rows of `x`.
+    fn add_lora(
+        &self,
+        y: Self::Rows,
+        x: &Self::Rows,
+        lora: &[LoraRows<'_>],
+        layer: usize,
+        target: Target,
+    ) -> Self::Rows;
     /// `x + bias` on every row.
     fn add_bias(&self, x: Self::Rows, bias: &NormWeight<B>) -> Self::Rows;
     /// The fused rows split into `[.., q_dim]`, `[.., kv_dim]`, `[.., kv_dim]`.
@@ -111,13 +121,22 @@ pub(super) fn decoder_layer<B: KvCacheOps, O: LayerOps<B>>(
     step: &impl StepAttention<B>,
     index: usize,
     layer: &DecoderLayer<B>,
+    lora: &[LoraRows<'_>],
     x: O::Rows,
     cache: &mut PagedKvCache<B>,
 ) -> O::Rows {
     let (q_dim, kv_dim) = (c.q_dim(), c.kv_dim());
+    let project = |projection: &Projection<B>, x: &O::Rows, target: Target| {
+        let y = ops.project(projection, x);
+        if lora.is_empty() {
+            y
+        } else {
+            ops.add_lora(y, x, lora, index, target)
+        }
+    };
 
     let h = ops.norm(&x, &layer.attn_norm);
-    let mut qkv = ops.project(&layer.qkv, &h);
+    let mut qkv = project(&layer.qkv, &h, Target::Qkv);
     if let Some(bias) = &layer.qkv_bias {
         qkv = ops.add_bias(qkv, bias);
     }
@@ -139,17 +158,18 @@ pub(super) fn decoder_layer<B: KvCacheOps, O: LayerOps<B>>(
         ops.to_tensor(v, kv_dim),
         cache,
     );
-    let mut out = ops.project(&layer.attn_out, &ops.rows_of(attn));
+    let mut out = project(&layer.attn_out, &ops.rows_of(attn), Target::AttnOut);
     if let Some(norm) = &layer.post_attn_norm {
         out = ops.norm(&out, norm);
     }
     let x = ops.add(x, out);
 
     let h = ops.norm(&x, &layer.ffn_norm);
-    let gate_up = ops.project(&layer.gate_up, &h);
-    let mut out = ops.project(
+    let gate_up = project(&layer.gate_up, &h, Target::GateUp);
+    let mut out = project(
         &layer.down,
         &ops.gated(gate_up, c.intermediate_size, c.features.activation),
+        Target::Down,
     );
     if let Some(norm) = &layer.post_ffn_norm {
         out = ops.norm(&out, norm);

@@ -9,6 +9,7 @@ use burn::tensor::{Tensor, TensorData};
 
 use super::config::{Activation, ModelConfig};
 use super::decoder::{LayerOps, NormWeight};
+use super::lora::{LoraRows, Target, add_lora};
 use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
 use crate::kernels::activation::{gelu_tanh_gated, swiglu};
@@ -56,6 +57,13 @@ impl<B: KvCacheOps> LayerOps<B> for HostOps<'_, B> {
 
     fn project(&self, projection: &Projection<B>, x: &Vec<f32>) -> Vec<f32> {
         projection.forward_host(x, self.tokens(), self.device)
+    }
+
+    fn add_lora(&self, mut y: Vec<f32>, x: &Vec<f32>, lora: &[LoraRows<'_>], layer: usize, target: Target) -> Vec<f32> {
+        let tokens = self.tokens();
+        let (in_width, out_width) = (x.len() / tokens, y.len() / tokens);
+        add_lora(lora, layer, target, x, in_width, &mut y, out_width);
+        y
     }
 
     fn add_bias(&self, mut x: Vec<f32>, bias: &NormWeight<B>) -> Vec<f32> {

@@ -12,6 +12,7 @@ pub mod gguf;
 mod host_ops;
 pub mod known_models;
 pub mod loader;
+pub mod lora;
 pub mod projection;
 pub mod rope;
 pub mod sources;

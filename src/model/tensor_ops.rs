@@ -4,7 +4,8 @@ use burn::tensor::{Int, Tensor, activation::silu, backend::Backend};
 
 use super::config::{Activation, ModelConfig};
 use super::decoder::{LayerOps, NormWeight};
-use super::projection::Projection;
+use super::lora::{LoraRows, Target, add_lora};
+use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
 use crate::kv_cache::backend_ops::KvCacheOps;
 
@@ -48,6 +49,22 @@ impl<B: KvCacheOps> LayerOps<B> for TensorOps<'_, B> {
 
     fn project(&self, projection: &Projection<B>, x: &Tensor<B, 2>) -> Tensor<B, 2> {
         projection.forward(x.clone())
+    }
+
+    /// On host rows: a plain loop over the adapters' groups (speed later).
+    fn add_lora(
+        &self,
+        y: Tensor<B, 2>,
+        x: &Tensor<B, 2>,
+        lora: &[LoraRows<'_>],
+        layer: usize,
+        target: Target,
+    ) -> Tensor<B, 2> {
+        let ([tokens, in_width], [_, out_width]) = (x.dims(), y.dims());
+        let device = y.device();
+        let mut rows = to_host(y);
+        add_lora(lora, layer, target, &to_host(x.clone()), in_width, &mut rows, out_width);
+        Tensor::from_data(burn::tensor::TensorData::new(rows, [tokens, out_width]), &device)
     }
 
     fn add_bias(&self, x: Tensor<B, 2>, bias: &NormWeight<B>) -> Tensor<B, 2> {

@@ -3,6 +3,7 @@
 
 use std::cell::OnceCell;
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
@@ -10,6 +11,7 @@ use super::attention::causal_gqa;
 use super::config::ModelConfig;
 use super::decoder::{DecoderLayer, NormWeight, StepAttention, decoder_layer};
 use super::host_ops::HostOps;
+use super::lora::{LoraAdapter, LoraRows};
 use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
 use super::tensor_ops::{TensorOps, rms_norm};
@@ -30,6 +32,8 @@ pub struct SequenceBatch {
     pub wants_logits: bool,
     /// Whether the logits of every token are wanted (prompt logprobs); implies the last's.
     pub all_logits: bool,
+    /// The LoRA adapter the sequence runs under (its id in [`Model::adapters`]), or the base.
+    pub lora: Option<u32>,
 }
 
 /// A loaded model.
@@ -46,6 +50,8 @@ pub struct Model<B: Backend> {
     /// The windowed layers' table, when their RoPE base differs (Gemma 3).
     pub local_rope: Option<RotaryEmbedding<B>>,
     pub device: B::Device,
+    /// The LoRA adapters requests may name (`--lora-modules`).
+    pub adapters: Vec<Arc<LoraAdapter>>,
 }
 
 /// Which query rows attend over which context slots: `(sequence, first row, rows, slots)`.
@@ -85,9 +91,20 @@ impl<B: KvCacheOps> Model<B> {
             slot_tensors: Default::default(),
         };
         let mut logit_rows = Vec::new();
+        let mut lora: Vec<LoraRows> = Vec::new();
         for (s, seq) in batch.iter().enumerate() {
             let row = ids.len();
             let len = seq.token_ids.len();
+            if let Some(id) = seq.lora {
+                let adapter = self.adapter(id).expect("the runner checks a step's adapter ids");
+                match lora.last_mut() {
+                    Some(last) if last.adapter.id == id && last.rows.end == row => last.rows.end = row + len,
+                    _ => lora.push(LoraRows {
+                        adapter,
+                        rows: row..row + len,
+                    }),
+                }
+            }
             let context = seq.start_position + len;
             ids.extend(seq.token_ids.iter().map(|&t| t as i64));
             positions.extend(seq.start_position..context);
@@ -113,14 +130,14 @@ impl<B: KvCacheOps> Model<B> {
             let ops = HostOps::new(&self.config, [&self.rope, self.local_rope()], &self.device, &positions);
             let mut rows = to_host(x);
             for (index, layer) in self.layers.iter().enumerate() {
-                rows = decoder_layer(&self.config, &ops, &step, index, layer, rows, cache);
+                rows = decoder_layer(&self.config, &ops, &step, index, layer, &lora, rows, cache);
             }
             x = Tensor::from_data(TensorData::new(rows, [tokens, self.config.hidden_size]), &self.device);
         } else {
             let positions = self.int_tensor(positions.iter().map(|&p| p as i64).collect());
             let ops = TensorOps::new(&self.config, [&self.rope, self.local_rope()], positions);
             for (index, layer) in self.layers.iter().enumerate() {
-                x = decoder_layer(&self.config, &ops, &step, index, layer, x, cache);
+                x = decoder_layer(&self.config, &ops, &step, index, layer, &lora, x, cache);
             }
         }
         let last = x.select(0, self.int_tensor(logit_rows));
@@ -138,6 +155,11 @@ impl<B: KvCacheOps> Model<B> {
                     .iter()
                     .any(|p| p.packed().is_some())
             })
+    }
+
+    /// The adapter with request id `id`.
+    pub fn adapter(&self, id: u32) -> Option<&LoraAdapter> {
+        self.adapters.iter().find(|a| a.id == id).map(|a| a.as_ref())
     }
 
     /// The windowed layers' RoPE table: their own, else the global one.

@@ -120,6 +120,7 @@ pub fn build_model<B: Backend>(
         ),
         local_rope,
         device: device.clone(),
+        adapters: Vec::new(),
     })
 }
 

@@ -23,6 +23,8 @@ pub(crate) struct Request {
     pub seed: Option<u64>,
     pub operation: Operation,
     pub trace: Option<TraceContext>,
+    /// The LoRA adapter it runs under (`None`: the base model).
+    pub lora: Option<u32>,
     pub timestamps: RequestTimestamps,
     /// Traced requests only: scheduling events for the span (nothing kept otherwise).
     pub events: Option<Box<RequestEvents>>,
@@ -58,6 +60,7 @@ impl Request {
             operation: new.operation,
             events: new.trace.map(|_| Box::default()),
             trace: new.trace,
+            lora: new.lora,
             timestamps,
             num_computed: 0,
             in_flight: InFlight::default(),
@@ -124,7 +127,7 @@ impl Request {
     /// cache keys them), computed on the first call.
     pub fn prompt_block_hashes(&self, block_size: usize, hasher: &BlockHasher) -> &[BlockHash] {
         self.prompt_block_hashes
-            .get_or_init(|| hasher.hash_all(&self.prompt, block_size))
+            .get_or_init(|| hasher.hash_all(&self.prompt, block_size, self.lora))
     }
 
     /// Another choice of the same body on the same prompt: the API gives the choices of one

@@ -10,6 +10,7 @@ mod listeners;
 #[cfg(feature = "testing")]
 pub mod load_gate;
 mod loading;
+mod lora;
 mod prepare;
 pub mod resolve;
 mod tls;

@@ -73,7 +73,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     spinner.enable_steady_tick(Duration::from_millis(200));
     let activations = select_cpu_kernels(config)?;
     let device = default_device();
-    let llama = build_model::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
+    let mut llama = build_model::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
     spinner.finish_and_clear();
 
     let sizing = CacheSizing::new(config, &files.config)?;
@@ -100,11 +100,20 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     } else {
         config.server.served_model_name.clone()
     };
+    if served_name_is_adapter(config, &served_name) {
+        anyhow::bail!("a LoRA adapter is named {served_name}, the served model's name");
+    }
+    llama.adapters = super::lora::load_adapters(&config.lora, &files.config, &served_name)?;
     let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks)
         .computing_activations_in(activations)
         .sampling_only_below(token_id_bound(&files.tokenizer))
         .ending_generation_on(files.special_tokens.end_of_generation.clone());
     prepare_engine(config, files, served_name, executor)
+}
+
+/// Whether an adapter takes the served model's own name (requests could not tell them apart).
+fn served_name_is_adapter(config: &Config, served_name: &str) -> bool {
+    config.lora.lora_modules.iter().any(|m| m.name == served_name)
 }
 
 /// Sets the CPU kernels' instruction set and activations for the process, logs them with
@@ -252,6 +261,7 @@ pub fn prepare_engine<E: Executor>(
                 .tool_call_parser
                 .filter(|_| config.model.enable_auto_tool_choice),
             tokenizer_config: Arc::new(tokenizer_config),
+            adapters: super::lora::served_adapters(&config.lora),
         },
         executor,
         scheduler: SchedulerConfig {
@@ -280,6 +290,7 @@ pub fn prepare_engine<E: Executor>(
                 step_time_prior: StepTimeCoefficients::prior_for(&files.config),
                 learn_step_time: true,
             },
+            max_loras: config.lora.max_loras,
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
     })

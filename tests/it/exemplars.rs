@@ -55,6 +55,7 @@ fn traced_request(t: &Tiny, trace: TraceContext) {
                 operation: Operation::Chat,
                 arrival: Instant::now(),
                 trace: Some(trace),
+                lora: None,
             },
             events,
         };

@@ -29,6 +29,7 @@ mod hostile_input;
 mod int8_accuracy;
 mod kv_events;
 mod log_injection;
+mod lora;
 mod model_formats;
 mod native_histograms;
 mod openai_client;

@@ -60,7 +60,7 @@ fn kilns_vllm_schemes_equal_vllms_hashes_for_every_seed_and_token_width() {
                     .iter()
                     .map(|p| {
                         hasher
-                            .hash_all(p, block_size)
+                            .hash_all(p, block_size, None)
                             .into_iter()
                             .map(|h| h.external())
                             .collect()

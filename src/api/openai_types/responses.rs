@@ -262,6 +262,12 @@ pub struct ModelCard {
     /// vLLM's: the base model of an adapter (`null`: kiln serves no adapters).
     pub parent: Option<String>,
     pub max_model_len: u32,
+    /// A LoRA adapter's folder (vLLM's `root`); absent for the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// The base model a LoRA adapter runs on (vLLM's `parent`); absent for the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl ModelCard {
@@ -274,6 +280,8 @@ impl ModelCard {
             owned_by: "kiln".to_owned(),
             parent: None,
             max_model_len,
+            root: None,
+            parent: None,
         }
     }
 }

@@ -28,6 +28,7 @@ fn batch(token: u32) -> ExecuteBatch {
                 num_generated: 0,
                 output_token_ids: Vec::new(),
                 prompt_token_ids: None,
+                lora: None,
             }],
             ..SchedulerOutput::default()
         }),

@@ -109,11 +109,21 @@ impl BlockHasher {
         }
     }
 
-    /// The chained hashes of every full block of `tokens`, in order.
-    pub fn hash_all(&self, tokens: &[u32], block_size: usize) -> Vec<BlockHash> {
+    /// What a request's first block chains from: nothing for the base model; for a LoRA
+    /// adapter, a root hashed from its id, so that a prefix computed under one adapter is never
+    /// reused under another or the base (vLLM folds the adapter into its block hashes' extra
+    /// keys instead). The root is the hash of a two-token block `[u32::MAX, id]`: no real block
+    /// holds the token `u32::MAX`.
+    pub fn first_parent(&self, lora: Option<u32>) -> Option<BlockHash> {
+        lora.map(|id| self.hash(None, &[u32::MAX, id]))
+    }
+
+    /// The chained hashes of every full block of `tokens`, in order, under `lora`'s root.
+    pub fn hash_all(&self, tokens: &[u32], block_size: usize, lora: Option<u32>) -> Vec<BlockHash> {
+        let root = self.first_parent(lora);
         let mut hashes: Vec<BlockHash> = Vec::with_capacity(tokens.len() / block_size);
         for chunk in tokens.chunks_exact(block_size) {
-            hashes.push(self.hash(hashes.last().copied(), chunk));
+            hashes.push(self.hash(hashes.last().copied().or(root), chunk));
         }
         hashes
     }
@@ -169,6 +179,19 @@ fn cbor_head(out: &mut Vec<u8>, major: u8, value: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_adapter_roots_its_own_chain() {
+        let tokens = [1, 2, 3, 4];
+        for hasher in [kiln(), BlockHasher::new(PrefixCachingHashAlgo::Sha256Cbor, Some("0"))] {
+            let base = hasher.hash(hasher.first_parent(None), &tokens);
+            let one = hasher.hash(hasher.first_parent(Some(1)), &tokens);
+            let two = hasher.hash(hasher.first_parent(Some(2)), &tokens);
+            assert_eq!(base, hasher.hash(None, &tokens));
+            assert!(base != one && one != two && base != two);
+            assert_eq!(hasher.hash_all(&tokens, 2, Some(1))[0], hasher.hash(hasher.first_parent(Some(1)), &[1, 2]));
+        }
+    }
 
     fn kiln() -> BlockHasher {
         BlockHasher::default()

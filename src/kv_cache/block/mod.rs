@@ -274,6 +274,14 @@ impl BlockManager {
     /// must run on the last prompt token to sample: a prompt of exactly k full blocks reuses at
     /// most k-1. Returns 0, touching nothing, when caching is off or `id` holds blocks already.
     pub fn allocate_cached_prefix(&mut self, id: &RequestId, tokens: &[u32]) -> usize {
+        self.allocate_cached_prefix_under(id, None, tokens)
+    }
+
+    /// [`Self::allocate_cached_prefix`] for a chain computed under a LoRA adapter, whose first
+    /// block hangs off the adapter's root
+    /// (a LoRA adapter's, [`BlockHasher::first_parent`]).
+    pub fn allocate_cached_prefix_under(&mut self, id: &RequestId, lora: Option<u32>, tokens: &[u32]) -> usize {
+        let root = self.hasher.first_parent(lora);
         let holds_blocks = self.tables.get(id).is_some_and(|t| !t.blocks.is_empty());
         if !self.enable_prefix_caching || holds_blocks || self.swapped.contains_key(id) {
             return 0;
@@ -281,7 +289,7 @@ impl BlockManager {
         let max_blocks = tokens.len().saturating_sub(1) / self.block_size;
         let mut table = Table::default();
         for chunk in tokens.chunks_exact(self.block_size).take(max_blocks) {
-            let hash = self.hasher.hash(table.hashes.last().copied(), chunk);
+            let hash = self.hasher.hash(table.hashes.last().copied().or(root), chunk);
             let Some(&block) = self.cache.by_hash.get(&hash) else {
                 break;
             };
@@ -405,6 +413,20 @@ impl BlockManager {
     /// prompt ++ generated, have their K/V written) in the prefix cache. A block whose hash
     /// another block already caches stays uncached. No-op when caching is off.
     pub fn cache_full_blocks(&mut self, id: &RequestId, tokens: &[u32], num_computed: usize) {
+        self.cache_full_blocks_under(id, None, tokens, num_computed);
+    }
+
+    /// [`Self::cache_full_blocks`] for a chain computed under a LoRA adapter, whose first block
+    /// hangs off the adapter's root. KV events
+    /// still name no parent for the first block, as vLLM's do.
+    pub fn cache_full_blocks_under(
+        &mut self,
+        id: &RequestId,
+        lora: Option<u32>,
+        tokens: &[u32],
+        num_computed: usize,
+    ) {
+        let root = self.hasher.first_parent(lora);
         if !self.enable_prefix_caching {
             return;
         }
@@ -415,7 +437,7 @@ impl BlockManager {
         for i in table.hashes.len()..num_full {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             let parent = table.hashes.last().copied();
-            let hash = self.hasher.hash(parent, chunk);
+            let hash = self.hasher.hash(parent.or(root), chunk);
             table.hashes.push(hash);
             if self.cache.insert(table.blocks[i], hash)
                 && let Some(log) = self.events.as_mut()

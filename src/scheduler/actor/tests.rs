@@ -121,6 +121,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
             kv_block_metrics_sample: 0.0,
             step_cost: None,
             sharing: Default::default(),
+            max_loras: 1,
         },
         vec![999],
     );
@@ -140,6 +141,7 @@ async fn with_async_scheduling_each_step_is_queued_while_the_one_before_runs() {
                 operation: Operation::TextCompletion,
                 arrival: Instant::now(),
                 trace: None,
+                lora: None,
             },
             events,
         })
@@ -200,6 +202,7 @@ fn generate(id: &str, prompt_len: u32, events: UnboundedSender<TokenEvent>) -> G
             operation: Operation::TextCompletion,
             arrival: Instant::now(),
             trace: None,
+            lora: None,
         },
         events,
     }
@@ -241,6 +244,7 @@ async fn a_client_gone_on_the_way_in_or_mid_prefill_does_not_keep_its_prefill_ru
             kv_block_metrics_sample: 0.0,
             step_cost: None,
             sharing: Default::default(),
+            max_loras: 1,
         },
         vec![999],
     );

@@ -106,7 +106,7 @@ impl Scheduler {
             .count();
         let mut index = 0;
         while budget.has_tokens() && self.running.len() < self.config.max_num_seqs && index < self.waiting.len() {
-            if self.waits_for_sibling(&self.waiting[index]) {
+            if self.waits_for_sibling(&self.waiting[index]) || !self.lora_fits(self.waiting[index].lora) {
                 index += 1;
                 continue;
             }
@@ -114,7 +114,9 @@ impl Scheduler {
             let request = &mut self.waiting[index];
             if request.num_computed == 0 && self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
                 let tokens = request.tokens(0, request.total_len());
-                request.num_computed = self.blocks.allocate_cached_prefix(&request.id, &tokens);
+                request.num_computed =
+                    self.blocks
+                        .allocate_cached_prefix_under(&request.id, request.lora, &tokens);
             }
             let remaining = request.total_len() - request.num_computed;
             if !budget.may_admit(request.total_len(), long_prefilling) {
@@ -150,6 +152,18 @@ impl Scheduler {
         }
     }
 
+    /// Whether a request under `lora` may join the running ones: the base model always may;
+    /// an adapter when one of them runs it already or fewer than `max_loras` adapters run.
+    fn lora_fits(&self, lora: Option<u32>) -> bool {
+        let Some(id) = lora else {
+            return true;
+        };
+        let mut running: Vec<u32> = self.running.iter().filter_map(|r| r.lora).collect();
+        running.sort_unstable();
+        running.dedup();
+        running.contains(&id) || running.len() < self.config.max_loras
+    }
+
     /// Brings swapped requests back while their blocks, one more token each, the budget and
     /// the sequence limit fit.
     pub(super) fn swap_in_swapped(&mut self, out: &mut SchedulerOutput, budget: &mut StepBudget, now: Instant) {
@@ -157,6 +171,9 @@ impl Scheduler {
             let Some(request) = self.swapped.front() else {
                 break;
             };
+            if !self.lora_fits(request.lora) {
+                break;
+            }
             let wanted = request.total_len() - request.num_computed;
             let num_new = wanted.min(budget.tokens_left());
             let needed = self.blocks.blocks_for(request.num_computed + num_new);

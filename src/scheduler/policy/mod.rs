@@ -46,6 +46,9 @@ pub struct SchedulerConfig {
     pub step_cost: Option<StepCostModel>,
     /// The time budget and the partial-prefill limits (off by default).
     pub sharing: StepSharing,
+    /// Distinct LoRA adapters one step may run (`--max-loras`); a request whose adapter
+    /// finds no slot waits.
+    pub max_loras: usize,
 }
 
 pub use crate::config::PreemptionMode;
@@ -324,6 +327,7 @@ impl Scheduler {
                 Vec::new()
             },
             prompt_token_ids: params.uses_prompt_tokens().then(|| Arc::clone(&request.prompt)),
+            lora: request.lora,
         };
         request.in_flight.send(num_new, sample);
         sequence
@@ -388,8 +392,12 @@ impl Scheduler {
             let bs = self.config.block_size;
             if self.config.enable_prefix_caching && request.num_computed / bs > start / bs {
                 let tokens = request.tokens(0, request.num_computed);
-                self.blocks
-                    .cache_full_blocks(&request.id, &tokens, request.num_computed);
+                self.blocks.cache_full_blocks_under(
+                    &request.id,
+                    request.lora,
+                    &tokens,
+                    request.num_computed,
+                );
             }
             if start < prompt_len && request.prompt_computed() {
                 self.fork_into_waiting_siblings(index);

@@ -34,6 +34,7 @@ pub(super) fn config(blocks: usize) -> SchedulerConfig {
         kv_block_metrics_sample: 0.0,
         step_cost: None,
         sharing: Default::default(),
+        max_loras: 1,
     }
 }
 
@@ -51,6 +52,7 @@ pub(super) fn request(id: &str, prompt_len: usize, max_tokens: u32) -> NewReques
         operation: Operation::TextCompletion,
         arrival: Instant::now(),
         trace: None,
+        lora: None,
     }
 }
 

@@ -161,6 +161,7 @@ pub fn greedy_request(id: &str, prompt: Vec<u32>, max_tokens: u32, ignore_eos: b
         operation: crate::engine::types::Operation::TextCompletion,
         arrival: std::time::Instant::now(),
         trace: None,
+        lora: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn scheduler(async_scheduling: bool) -> Scheduler {
         kv_block_metrics_sample: 0.0,
         step_cost: None,
         sharing: Default::default(),
+        max_loras: 1,
     };
     let mut scheduler = Scheduler::new(config, vec![999]);
     for i in 0..3u32 {

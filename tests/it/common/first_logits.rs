@@ -35,6 +35,7 @@ pub fn first_logits(model: &Path, dequantize_weights: bool, prompt: &[u32]) -> V
         operation: Operation::TextCompletion,
         arrival: Instant::now(),
         trace: None,
+        lora: None,
     };
     scheduler.add(request, Instant::now()).expect("admitted");
     let batch = scheduler.schedule(Instant::now());

@@ -7,6 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod fairness;
+mod lora;
 mod progress;
 mod prompt_sharing;
 mod stats;

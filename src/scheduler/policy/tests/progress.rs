@@ -84,6 +84,7 @@ fn case() -> impl Strategy<Value = Case> {
                     kv_block_metrics_sample: 0.0,
                     step_cost: None,
                     sharing: Default::default(),
+                    max_loras: 1,
                 };
                 Case { config, arrivals }
             },
@@ -245,6 +246,7 @@ fn cache_of_384(mode: PreemptionMode, max_model_len: usize) -> SchedulerConfig {
         kv_block_metrics_sample: 0.0,
         step_cost: None,
         sharing: Default::default(),
+        max_loras: 1,
     }
 }
 

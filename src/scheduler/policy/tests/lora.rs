@@ -1,0 +1,108 @@
+//! LoRA adapters in the scheduler: at most `max_loras` adapters in a step (a request whose
+//! adapter finds no slot waits), and no prefix reuse across adapters or the base model.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::super::test_driver::{EOS, config, request};
+use crate::executor::Executor;
+use crate::executor::fake::{FakeBehaviour, FakeExecutor};
+use crate::scheduler::Scheduler;
+use crate::scheduler::request::NewRequest;
+
+fn under(id: &str, lora: Option<u32>, prompt_len: usize, max_tokens: u32) -> NewRequest {
+    NewRequest {
+        lora,
+        ..request(id, prompt_len, max_tokens)
+    }
+}
+
+#[test]
+fn a_step_runs_at_most_max_loras_adapters_and_the_others_wait() {
+    let mut s = Scheduler::new(
+        crate::scheduler::SchedulerConfig {
+            max_loras: 2,
+            ..config(64)
+        },
+        vec![EOS],
+    );
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    let loras = [Some(1), Some(2), Some(3), None, Some(1), Some(3)];
+    for (i, lora) in loras.iter().enumerate() {
+        s.add(under(&format!("r{i}"), *lora, 4, 3), Instant::now())
+            .expect("admitted");
+    }
+    let mut first_step = None;
+    let mut seen = BTreeSet::new();
+    let mut steps = 0;
+    while s.has_work() {
+        steps += 1;
+        assert!(steps < 1000, "no progress");
+        let batch = s.schedule(Instant::now());
+        let adapters: BTreeSet<u32> = batch.sequences.iter().filter_map(|q| q.lora).collect();
+        assert!(adapters.len() <= 2, "step with adapters {adapters:?}");
+        for q in &batch.sequences {
+            let i: usize = q.id[1..].parse().expect("id");
+            assert_eq!(q.lora, loras[i], "{} runs under its own adapter", q.id);
+            seen.insert(q.id.clone());
+        }
+        first_step.get_or_insert_with(|| {
+            let mut ids: Vec<String> = batch.sequences.iter().map(|q| q.id.clone()).collect();
+            ids.sort();
+            ids
+        });
+        let out = fake.execute(&batch).expect("fake runs");
+        s.update_from_output(&batch, out, Instant::now());
+    }
+    // Adapters 1 and 2 take the slots; 3 waits (r2, r5), the base and adapter 1 do not.
+    assert_eq!(first_step.expect("a step"), ["r0", "r1", "r3", "r4"]);
+    assert_eq!(seen.len(), loras.len(), "every request ran in the end");
+}
+
+/// The first scheduled chunk's start: the prompt tokens found in the prefix cache.
+fn cached_tokens(s: &mut Scheduler, fake: &mut FakeExecutor, new: NewRequest) -> usize {
+    let id = new.id.clone();
+    s.add(new, Instant::now()).expect("admitted");
+    let mut cached = None;
+    while s.has_work() {
+        let batch = s.schedule(Instant::now());
+        if let Some(q) = batch.sequences.iter().find(|q| q.id == id) {
+            cached.get_or_insert(q.start_position);
+        }
+        let out = fake.execute(&batch).expect("fake runs");
+        s.update_from_output(&batch, out, Instant::now());
+    }
+    cached.expect("scheduled")
+}
+
+#[test]
+fn a_prefix_computed_under_one_adapter_is_reused_only_under_the_same_adapter() {
+    let mut s = Scheduler::new(
+        crate::scheduler::SchedulerConfig {
+            enable_prefix_caching: true,
+            max_loras: 4,
+            ..config(64)
+        },
+        vec![EOS],
+    );
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    assert_eq!(cached_tokens(&mut s, &mut fake, under("a", Some(1), 13, 1)), 0);
+    assert_eq!(
+        cached_tokens(&mut s, &mut fake, under("b", Some(2), 13, 1)),
+        0,
+        "another adapter"
+    );
+    assert_eq!(
+        cached_tokens(&mut s, &mut fake, under("c", None, 13, 1)),
+        0,
+        "the base model"
+    );
+    // Block size 4: three full blocks of the 13-token prompt are reused.
+    assert_eq!(
+        cached_tokens(&mut s, &mut fake, under("d", Some(1), 13, 1)),
+        12,
+        "the same adapter"
+    );
+    assert_eq!(cached_tokens(&mut s, &mut fake, under("e", Some(2), 13, 1)), 12);
+    assert_eq!(cached_tokens(&mut s, &mut fake, under("f", None, 13, 1)), 12);
+}
