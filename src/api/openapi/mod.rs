@@ -74,17 +74,20 @@ impl Modify for FlatBodies {
     }
 }
 
-/// The one object an `allOf` of inline objects comes to; `None` when an item is not one.
+/// The one object an `allOf` of inline objects (or of such `allOf`s: a documented flattened
+/// field is one) comes to; `None` when an item is anything else.
 fn merged(all_of: &AllOf) -> Option<Object> {
     let mut object = Object::with_type(Type::Object);
     object.title = all_of.title.clone();
     object.description = all_of.description.clone();
     for item in &all_of.items {
-        let RefOr::T(Schema::Object(part)) = item else {
-            return None;
+        let part = match item {
+            RefOr::T(Schema::Object(part)) => part.clone(),
+            RefOr::T(Schema::AllOf(nested)) => merged(nested)?,
+            _ => return None,
         };
-        object.properties.extend(part.properties.clone());
-        object.required.extend(part.required.iter().cloned());
+        object.properties.extend(part.properties);
+        object.required.extend(part.required);
     }
     Some(object)
 }
