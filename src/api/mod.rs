@@ -40,7 +40,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::Addr;
 use tokenizers::Tokenizer;
 
-use errors::ApiError;
 pub use routes::routes;
 
 use crate::config::LimitsConfig;
