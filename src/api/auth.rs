@@ -18,7 +18,15 @@ use subtle::ConstantTimeEq;
 use super::errors::ApiError;
 
 /// Paths served without a key: liveness, readiness, version, load and metrics.
-pub const OPEN_PATHS: &[&str] = &["/health", "/live", "/ready", "/version", "/load", "/metrics", "/metrics/"];
+pub const OPEN_PATHS: &[&str] = &[
+    "/health",
+    "/live",
+    "/ready",
+    "/version",
+    "/load",
+    "/metrics",
+    "/metrics/",
+];
 
 /// The accepted keys, as digests. Empty: no authentication.
 #[derive(Clone, Default)]

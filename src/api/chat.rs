@@ -3,43 +3,22 @@
 //! the text (see [`super::tool_calls`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
-use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
-use super::json_body::JsonBody;
-use super::limits::PromptSize;
 use super::openai_types::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, ChatDelta,
     ChatLogprobs, ChatTokenLogprob, ChatTopLogprob, Usage, finite_logprob,
 };
-use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
-use super::prompt::tokenize;
+use super::pipeline::{Endpoint, ResponseFormat, ResponseHead};
 use super::prompt_echo::wire_prompt_logprobs;
-use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
-use super::structured_output::ConstraintFields;
-use super::tool_calls::{
-    ToolChoicePlan, ToolOutput, ToolStream, shape_output, template_messages, template_tools, tools_bytes,
-};
-use super::{AppState, ServedModel};
-use crate::engine::sampling_params::SamplingParams;
+use super::tool_calls::{ToolOutput, ToolStream, shape_output};
+use super::validation::ChatOutput;
 use crate::engine::types::{FinishReason, Operation};
-use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, ChatTemplateError};
 
-pub async fn create_chat_completion(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    JsonBody(body): JsonBody<ChatCompletionRequest>,
-) -> Result<HttpResponse, ApiError> {
-    super::worker_contract::dp_rank::check(&req, body.data_parallel_rank)?;
-    serve::<Chat>(&state, body, RequestLog::of(&req)).await
-}
-
-/// The chat endpoint's part of the pipeline.
+/// The chat endpoint's part of the pipeline (its rules: `validation::chat`).
 pub struct Chat;
 
 impl Endpoint for Chat {
@@ -47,91 +26,15 @@ impl Endpoint for Chat {
     type Format = ChatFormat;
     const ID_PREFIX: &'static str = "chatcmpl";
     const OPERATION: Operation = Operation::Chat;
-    const PROMPT_PARAM: &'static str = "messages";
 
-    fn requested_model(request: &ChatCompletionRequest) -> Option<&str> {
-        request.model.as_deref()
-    }
-
-    /// `required` and named tool choices constrain the output to valid calls.
-    fn sampling_params(request: &ChatCompletionRequest) -> Result<SamplingParams, ApiError> {
-        let mut params = request.sampling_params()?;
-        if let Some(constraint) = ToolChoicePlan::of(request)?.constraint(request)? {
-            params.structured = Some(constraint);
-        }
-        Ok(params)
-    }
-
-    fn check_served(request: &ChatCompletionRequest, model: &ServedModel) -> Result<(), ApiError> {
-        ToolChoicePlan::of(request)?.check_served(model.tool_parser)
-    }
-
-    fn constraint_fields(request: &ChatCompletionRequest) -> ConstraintFields<'_> {
-        request.constraint_fields()
-    }
-
-    /// `max_completion_tokens` wins when both are sent, as in validation.
-    fn max_tokens_param(request: &ChatCompletionRequest) -> &'static str {
-        if request.max_completion_tokens.is_some() {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        }
-    }
-
-    fn prompt_size(request: &ChatCompletionRequest) -> PromptSize {
-        PromptSize {
-            prompts: 1,
-            text_bytes: request.content_bytes() + tools_bytes(request),
-        }
-    }
-
-    fn delivery(request: &ChatCompletionRequest) -> Delivery {
-        Delivery::from_request(request.stream, request.stream_options.as_ref())
-    }
-
-    fn format(request: &ChatCompletionRequest, head: ResponseHead, model: &ServedModel) -> ChatFormat {
-        // `sampling_params` has refused a request whose plan does not resolve.
-        let tools = ToolChoicePlan::of(request).map_or(ToolOutput::Text, |plan| plan.output(model.tool_parser));
+    fn format(output: ChatOutput, head: ResponseHead) -> ChatFormat {
         ChatFormat {
             head,
-            logprobs: request.logprobs.unwrap_or(false),
-            tools,
+            logprobs: output.logprobs,
+            tools: output.tools,
             streams: HashMap::new(),
         }
     }
-
-    /// One prompt: the messages (and tools) through the chat template.
-    async fn prompts(request: ChatCompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
-        let messages = template_messages(&request.messages)?;
-        let tools = template_tools(request.tools.as_deref());
-        let text = render_off_the_worker(&model.chat_template, messages, tools, true).await?;
-        tokenize(&model.tokenizer, vec![text]).await
-    }
-}
-
-/// Renders on the blocking pool, so even a slow template (bounded by its [`RenderLimits`])
-/// never holds up an HTTP worker. A template that hits a limit is the operator's problem, not
-/// the client's: a 500 that says so and echoes nothing of the template.
-///
-/// [`RenderLimits`]: crate::model::chat_template::RenderLimits
-pub(super) async fn render_off_the_worker(
-    template: &Arc<ChatTemplate>,
-    messages: Vec<TemplateMessage>,
-    tools: Option<Vec<serde_json::Value>>,
-    add_generation_prompt: bool,
-) -> Result<String, ApiError> {
-    let template = Arc::clone(template);
-    let rendered = web::block(move || template.render_with_tools(&messages, tools.as_deref(), add_generation_prompt))
-        .await
-        .map_err(|_| ApiError::EngineError("the chat template task failed".into()))?;
-    rendered.map_err(|e| match e {
-        ChatTemplateError::LimitExceeded(limit) => ApiError::ChatTemplateFailed(format!(
-            "The model's chat template exceeded its {limit} while rendering this request; the server's \
-             operator must fix the template (--chat-template)."
-        )),
-        other => ApiError::invalid("messages", format!("the chat template refused the messages: {other}")),
-    })
 }
 
 fn chat_logprobs(tokens: &[TokenDetail]) -> ChatLogprobs {

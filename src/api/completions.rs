@@ -3,38 +3,19 @@
 
 use std::collections::HashMap;
 
-use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
-use tokenizers::Tokenizer;
 
-use super::errors::ApiError;
 use super::generation::{ChoiceDelta, TokenDetail};
-use super::json_body::JsonBody;
-use super::limits::PromptSize;
 use super::openai_types::{
-    CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, PromptInput,
-    TopLogprobMap, Usage, finite_logprob,
+    CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse, TopLogprobMap, Usage,
+    finite_logprob,
 };
-use super::pipeline::{Delivery, Endpoint, ResponseFormat, ResponseHead, serve};
-use super::prompt::tokenize;
+use super::pipeline::{Endpoint, ResponseFormat, ResponseHead};
 use super::prompt_echo::wire_prompt_logprobs;
-use super::request_log::RequestLog;
 use super::sse::{ChunkFormat, sse_data};
-use super::structured_output::ConstraintFields;
-use super::{AppState, ServedModel};
-use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 
-pub async fn create_completion(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    JsonBody(body): JsonBody<CompletionRequest>,
-) -> Result<HttpResponse, ApiError> {
-    super::worker_contract::dp_rank::check(&req, body.data_parallel_rank)?;
-    serve::<Completions>(&state, body, RequestLog::of(&req)).await
-}
-
-/// The completions endpoint's part of the pipeline.
+/// The completions endpoint's part of the pipeline (its rules: `validation::completions`).
 pub struct Completions;
 
 impl Endpoint for Completions {
@@ -42,89 +23,11 @@ impl Endpoint for Completions {
     type Format = CompletionFormat;
     const ID_PREFIX: &'static str = "cmpl";
     const OPERATION: Operation = Operation::TextCompletion;
-    const PROMPT_PARAM: &'static str = "prompt";
 
-    fn requested_model(request: &CompletionRequest) -> Option<&str> {
-        request.model.as_deref()
-    }
-
-    fn sampling_params(request: &CompletionRequest) -> Result<SamplingParams, ApiError> {
-        request.sampling_params()
-    }
-
-    fn constraint_fields(request: &CompletionRequest) -> ConstraintFields<'_> {
-        request.constraint_fields()
-    }
-
-    fn max_tokens_param(_request: &CompletionRequest) -> &'static str {
-        "max_tokens"
-    }
-
-    fn prompt_size(request: &CompletionRequest) -> PromptSize {
-        let (prompts, text_bytes) = match &request.prompt {
-            PromptInput::Text(text) => (1, text.len()),
-            PromptInput::TextBatch(texts) => (texts.len(), texts.iter().map(String::len).sum()),
-            PromptInput::Tokens(_) => (1, 0),
-            PromptInput::TokenBatch(batch) => (batch.len(), 0),
-        };
-        PromptSize { prompts, text_bytes }
-    }
-
-    fn delivery(request: &CompletionRequest) -> Delivery {
-        Delivery::from_request(request.stream, request.stream_options.as_ref())
-    }
-
-    fn format(_request: &CompletionRequest, head: ResponseHead, _model: &ServedModel) -> CompletionFormat {
+    fn format(_output: (), head: ResponseHead) -> CompletionFormat {
         CompletionFormat {
             head,
             offsets: HashMap::new(),
-        }
-    }
-
-    async fn prompts(request: CompletionRequest, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
-        let suffix = request.suffix.filter(|s| !s.is_empty());
-        let request_prompt = match suffix {
-            Some(suffix) => fill_in_the_middle(&model.tokenizer, request.prompt, &suffix)?,
-            None => request.prompt,
-        };
-        let prompts = match request_prompt {
-            PromptInput::Text(text) => tokenize(&model.tokenizer, vec![text]).await?,
-            PromptInput::TextBatch(texts) => tokenize(&model.tokenizer, texts).await?,
-            PromptInput::Tokens(ids) => vec![ids],
-            PromptInput::TokenBatch(batch) => batch,
-        };
-        if prompts.is_empty() {
-            return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
-        }
-        Ok(prompts)
-    }
-}
-
-/// The fill-in-the-middle tokens of StarCoder-style vocabularies.
-const FIM_TOKENS: [&str; 3] = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"];
-
-/// Whether the vocabulary has every fill-in-the-middle token, so `suffix` can be served.
-pub fn has_fim_tokens(tokenizer: &Tokenizer) -> bool {
-    FIM_TOKENS.iter().all(|t| tokenizer.token_to_id(t).is_some())
-}
-
-/// `suffix`: text prompts in the model's fill-in-the-middle format
-/// (`<fim_prefix>{prompt}<fim_suffix>{suffix}<fim_middle>`); a model without those tokens
-/// (the default SmolLM2 has none) cannot serve it, so it is refused rather than ignored.
-fn fill_in_the_middle(tokenizer: &Tokenizer, prompt: PromptInput, suffix: &str) -> Result<PromptInput, ApiError> {
-    if !has_fim_tokens(tokenizer) {
-        return Err(ApiError::invalid(
-            "suffix",
-            "`suffix` needs a model with fill-in-the-middle tokens; the served model has none",
-        ));
-    }
-    let [prefix_token, suffix_token, middle_token] = FIM_TOKENS;
-    let wrap = |text: String| format!("{prefix_token}{text}{suffix_token}{suffix}{middle_token}");
-    match prompt {
-        PromptInput::Text(text) => Ok(PromptInput::Text(wrap(text))),
-        PromptInput::TextBatch(texts) => Ok(PromptInput::TextBatch(texts.into_iter().map(wrap).collect())),
-        PromptInput::Tokens(_) | PromptInput::TokenBatch(_) => {
-            Err(ApiError::invalid("suffix", "`suffix` is served with text prompts only"))
         }
     }
 }

@@ -1,7 +1,7 @@
-//! One body becomes several engine requests: each prompt of a batch, `n` choices each. The
-//! plan is pure (seeds, context fitting, ids), so a prompt that does not fit refuses the whole
-//! body before anything reaches the engine; submission then either hands every choice over or
-//! none (choices already submitted are dropped, which aborts them).
+//! One valid body becomes several engine requests: each prompt of a batch, `n` choices each,
+//! built from the [`ValidPrompt`]s alone (validation has fitted each prompt's parameters to
+//! the context). Submission then either hands every choice over or none (choices already
+//! submitted are dropped, which aborts them).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,10 +11,9 @@ use tokenizers::Tokenizer;
 use super::engine_handle::EngineHandle;
 use super::errors::ApiError;
 use super::generation::{ChoiceRequest, ChoiceStream};
-use super::prompt::{ParamNames, fit_to_context};
 use super::request_log::RequestRecord;
+use super::validation::ValidPrompt;
 use crate::engine::request::NewRequest;
-use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::Operation;
 
 /// What every choice of one body shares.
@@ -24,41 +23,26 @@ pub struct FanOut<'a> {
     pub id: &'a str,
     pub operation: Operation,
     pub arrival: Instant,
-    pub max_model_len: usize,
-    /// The fields an error names when a prompt does not fit the context.
-    pub params: ParamNames,
     /// The LoRA adapter every choice runs under (`None`: the base model).
     pub lora: Option<u32>,
 }
 
-/// `n` choices per prompt, numbered prompt-major as OpenAI numbers them. The choices share
-/// one `Arc` of the params (a prompt whose fitted `max_tokens` differs gets its own); only
-/// the seed is per choice.
-pub fn plan_choices(
-    fan_out: &FanOut<'_>,
-    prompts: Vec<Vec<u32>>,
-    params: SamplingParams,
-) -> Result<Vec<ChoiceRequest>, ApiError> {
-    let n = params.n.max(1);
+/// `n` choices per prompt, numbered prompt-major as OpenAI numbers them. The choices of a
+/// prompt share its `Arc` of the params; only the seed is per choice.
+pub fn plan_choices(fan_out: &FanOut<'_>, prompts: Vec<ValidPrompt>) -> Vec<ChoiceRequest> {
+    let n = prompts.first().map_or(1, |p| p.params.n.max(1));
     let mut choices = Vec::with_capacity(prompts.len() * n as usize);
-    let body = Arc::new(params);
-    let mut shared = Arc::clone(&body);
     for (p, prompt) in prompts.into_iter().enumerate() {
-        let mut fitted = (*body).clone();
-        fit_to_context(prompt.len(), &mut fitted, fan_out.max_model_len, fan_out.params)?;
-        if fitted != *shared {
-            shared = Arc::new(fitted);
-        }
         for c in 0..n {
             let index = p as u32 * n + c;
             choices.push(ChoiceRequest {
                 index,
                 request: NewRequest {
                     id: format!("{}-{index}", fan_out.id),
-                    prompt_token_ids: prompt.clone(),
-                    params: Arc::clone(&shared),
+                    prompt_token_ids: prompt.token_ids.clone(),
+                    params: Arc::clone(&prompt.params),
                     // Seeded choices stay reproducible yet differ from each other.
-                    seed: shared.seed.map(|s| s.wrapping_add(u64::from(c))),
+                    seed: prompt.params.seed.map(|s| s.wrapping_add(u64::from(c))),
                     operation: fan_out.operation,
                     arrival: fan_out.arrival,
                     trace: None,
@@ -67,7 +51,7 @@ pub fn plan_choices(
             });
         }
     }
-    Ok(choices)
+    choices
 }
 
 /// Submits every planned choice; on the first refusal the ones already submitted are
@@ -88,30 +72,29 @@ pub async fn submit_choices(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::sampling_params::SamplingParams;
 
-    fn fan_out(max_model_len: usize) -> FanOut<'static> {
+    fn fan_out() -> FanOut<'static> {
         FanOut {
             id: "cmpl-x",
             operation: Operation::TextCompletion,
             arrival: Instant::now(),
-            max_model_len,
-            params: ParamNames {
-                prompt: "prompt",
-                max_tokens: "max_tokens",
-            },
-            lora: None,
         }
     }
 
     #[test]
     fn choices_are_numbered_prompt_major_with_distinct_seeds() {
-        let params = SamplingParams {
+        let params = Arc::new(SamplingParams {
             n: 3,
             seed: Some(7),
             max_tokens: Some(4),
             ..Default::default()
+        });
+        let prompt = |token_ids: Vec<u32>| ValidPrompt {
+            token_ids,
+            params: Arc::clone(&params),
         };
-        let plan = plan_choices(&fan_out(64), vec![vec![1, 2], vec![3]], params).expect("fits");
+        let plan = plan_choices(&fan_out(), vec![prompt(vec![1, 2]), prompt(vec![3])]);
         let ids: Vec<&str> = plan.iter().map(|c| c.request.id.as_str()).collect();
         assert_eq!(
             ids,
@@ -123,8 +106,7 @@ mod tests {
         let seeds: Vec<Option<u64>> = plan.iter().map(|c| c.request.seed).collect();
         assert_eq!(seeds, [Some(7), Some(8), Some(9), Some(7), Some(8), Some(9)]);
         assert!(
-            plan.iter()
-                .all(|c| Arc::ptr_eq(&c.request.params, &plan[0].request.params)),
+            plan.iter().all(|c| Arc::ptr_eq(&c.request.params, &params)),
             "one copy of the params for the whole body"
         );
         assert_eq!(
@@ -132,44 +114,5 @@ mod tests {
             Some(7),
             "the shared params keep the body's seed"
         );
-    }
-
-    #[test]
-    fn open_max_tokens_is_fitted_per_prompt() {
-        let params = SamplingParams {
-            max_tokens: None,
-            ..Default::default()
-        };
-        let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
-        assert_eq!(plan[0].request.params.max_tokens, Some(6));
-        assert_eq!(plan[1].request.params.max_tokens, Some(3));
-    }
-
-    #[test]
-    fn the_choices_of_one_prompt_share_its_fitted_params() {
-        let params = SamplingParams {
-            max_tokens: None,
-            n: 2,
-            ..Default::default()
-        };
-        let plan = plan_choices(&fan_out(10), vec![vec![1; 4], vec![1; 7]], params).expect("fits");
-        assert!(Arc::ptr_eq(&plan[0].request.params, &plan[1].request.params));
-        assert!(Arc::ptr_eq(&plan[2].request.params, &plan[3].request.params));
-        assert!(
-            !Arc::ptr_eq(&plan[1].request.params, &plan[2].request.params),
-            "fitted differently"
-        );
-        assert_eq!(plan.iter().map(|c| c.request.seed).collect::<Vec<_>>(), [None; 4]);
-    }
-
-    #[test]
-    fn one_prompt_too_long_refuses_the_whole_body() {
-        let params = SamplingParams {
-            max_tokens: Some(4),
-            n: 2,
-            ..Default::default()
-        };
-        let err = plan_choices(&fan_out(8), vec![vec![1; 2], vec![1; 6]], params).unwrap_err();
-        assert!(matches!(err, ApiError::ContextLengthExceeded { .. }), "{err:?}");
     }
 }

@@ -4,6 +4,11 @@
 //! not fit the request type is refused with `param` naming the field by its path
 //! (`messages[0].role`), as OpenAI's errors do. Nesting deeper than serde_json parses is
 //! refused wherever it is, in an ignored field too (which serde_json skips without a limit).
+//!
+//! serde reads a field group flattened into a body (`#[serde(flatten)]`, see
+//! `openai_types::fields`) from a buffer the path tracker does not see: a bad value there
+//! fails the parse with no path. [`RequestBody::check_groups`] then parses each group alone,
+//! with its path, so the error still names the field.
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
@@ -16,7 +21,18 @@ use super::errors::ApiError;
 /// A JSON body parsed into `T`.
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
+/// A type a request body parses into.
+pub trait RequestBody: DeserializeOwned {
+    /// Parses each field group flattened into the body alone and returns the first error,
+    /// which names its field; called only when the whole parse failed without a field.
+    fn check_groups(_text: &str) -> Result<(), ApiError> {
+        Ok(())
+    }
+}
+
+impl RequestBody for Box<RawValue> {}
+
+impl<T: RequestBody + 'static> FromRequest for JsonBody<T> {
     type Error = actix_web::Error;
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
@@ -33,12 +49,23 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
 pub const MAX_NESTING: usize = 128;
 
 /// Parses `text` (syntactically valid JSON) into `T`; a mismatch names the field at fault.
-pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
+pub fn parse<T: RequestBody>(text: &str) -> Result<T, ApiError> {
     if nesting_depth(text) > MAX_NESTING {
         return Err(ApiError::MalformedJson(format!(
             "the body nests arrays and objects deeper than {MAX_NESTING} levels"
         )));
     }
+    match parse_tracked(text) {
+        Err(unnamed @ ApiError::MalformedJson(_)) => match T::check_groups(text) {
+            Err(named @ ApiError::InvalidParameter { .. }) => Err(named),
+            _ => Err(unnamed),
+        },
+        parsed => parsed,
+    }
+}
+
+/// Parses `text` into `T`, naming the field of a mismatch where the path tracker sees it.
+pub fn parse_tracked<T: DeserializeOwned>(text: &str) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
@@ -95,8 +122,9 @@ fn param_of(path: &str, message: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
+    use crate::api::responses::ResponsesRequest;
 
-    fn param_for<T: DeserializeOwned>(body: &str) -> Option<String> {
+    fn param_for<T: RequestBody>(body: &str) -> Option<String> {
         match parse::<T>(body) {
             Ok(_) => panic!("{body} parsed"),
             Err(e) => e.param().map(str::to_owned),
@@ -122,6 +150,61 @@ mod tests {
         );
         assert_eq!(completion(r#"{"prompt": {"a": 1}}"#).as_deref(), Some("prompt"));
         assert_eq!(completion(r#"{"prompt": [4294967296]}"#).as_deref(), Some("prompt"));
+    }
+
+    /// The parse error of `field: value` in `body`, as (param, message).
+    fn misfit<T: RequestBody>(body: &str, field: &str, value: &str) -> (Option<String>, String) {
+        let text = format!(r#"{{{body}, "{field}": {value}}}"#);
+        match parse::<T>(&text) {
+            Ok(_) => panic!("{text} parsed"),
+            Err(e) => (e.param().map(str::to_owned), e.to_string()),
+        }
+    }
+
+    #[test]
+    fn a_misfit_field_of_a_shared_group_is_named_in_every_body() {
+        const COMPLETION: &str = r#""prompt": "a""#;
+        const CHAT: &str = r#""messages": [{"role": "user", "content": "a"}]"#;
+        const RESPONSES: &str = r#""input": "a""#;
+        // One field of each group (`CommonFields`, `SamplingFields`, `ConstraintFields`).
+        let groups = [
+            ("temperature", r#""hot""#, "expected f32"),
+            ("top_k", "1.5", "expected i32"),
+            ("guided_regex", "5", "expected a string"),
+        ];
+        for (field, value, expected) in groups {
+            for (param, message) in [
+                misfit::<CompletionRequest>(COMPLETION, field, value),
+                misfit::<ChatCompletionRequest>(CHAT, field, value),
+            ] {
+                assert_eq!(param.as_deref(), Some(field), "{message}");
+                assert!(message.contains(expected), "{field}: {message}");
+            }
+        }
+        let (param, message) = misfit::<ResponsesRequest>(RESPONSES, "seed", r#""x""#);
+        assert_eq!(
+            (param.as_deref(), message.contains("expected i64")),
+            (Some("seed"), true),
+            "{message}"
+        );
+        // Inside a group's field, the path goes on.
+        let (param, _) = misfit::<ChatCompletionRequest>(CHAT, "stop_token_ids", "[1, -2]");
+        assert_eq!(param.as_deref(), Some("stop_token_ids[1]"));
+        let (param, _) = misfit::<CompletionRequest>(COMPLETION, "stream_options", "[true]");
+        assert_eq!(param.as_deref(), Some("stream_options"));
+        // A body's own field is named as before, and a body that parses still does.
+        let (param, _) = misfit::<CompletionRequest>(COMPLETION, "echo", "3");
+        assert_eq!(param.as_deref(), Some("echo"));
+        let text = r#"{"prompt": "a", "temperature": 0.5, "top_k": 3, "guided_regex": "x+", "future": 1}"#;
+        let parsed = parse::<CompletionRequest>(text).expect("parses");
+        assert_eq!(
+            (
+                parsed.common.temperature,
+                parsed.sampling.top_k,
+                parsed.constraints.guided_regex.as_deref()
+            ),
+            (Some(0.5), Some(3), Some("x+"))
+        );
     }
 
     #[test]

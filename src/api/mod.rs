@@ -14,7 +14,6 @@ pub mod errors;
 pub mod fan_out;
 pub mod generation;
 pub mod json_body;
-pub mod limits;
 pub mod load_header;
 pub mod openai_types;
 pub mod openapi;
@@ -30,7 +29,6 @@ pub mod sse;
 pub mod stall_watch;
 pub mod stop_strings;
 pub mod strict_schema;
-pub mod structured_output;
 pub mod tokenize;
 pub mod tokenizer_info;
 pub mod tool_calls;
@@ -43,7 +41,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::Addr;
 use tokenizers::Tokenizer;
 
-use errors::ApiError;
 pub use routes::routes;
 
 use crate::config::LimitsConfig;
@@ -103,23 +100,6 @@ pub struct AppState {
     pub tracer: Option<Arc<crate::traces::Tracer>>,
     /// Keeps the meter provider (and its exporters) alive as long as the server.
     pub _telemetry: Arc<Telemetry>,
-}
-
-impl AppState {
-    /// A request may name the served model, one of its LoRA adapters (returned) or none;
-    /// anything else is 404.
-    pub fn check_model(&self, requested: Option<&str>) -> Result<Option<&ServedAdapter>, ApiError> {
-        match requested {
-            None => Ok(None),
-            Some(name) if name == self.model.name => Ok(None),
-            Some(name) if let Some(adapter) = self.model.adapters.iter().find(|a| a.name == name) => Ok(Some(adapter)),
-            Some(name) => {
-                // The client's text, escaped (`?`) so that a CR/LF in it cannot forge a log line.
-                tracing::debug!(requested_model = ?name, "a request named a model this server does not serve");
-                Err(ApiError::ModelNotFound(name.to_string()))
-            }
-        }
-    }
 }
 
 /// Seconds since the Unix epoch, for `created` fields.

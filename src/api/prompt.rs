@@ -1,14 +1,123 @@
-//! Prompt preparation shared by chat and completions: tokenisation off the async threads,
-//! token-id checks, and fitting `max_tokens` into the context.
+//! Prompt building for every generation endpoint: a completions prompt (text, with
+//! fill-in-the-middle around `suffix`, or token ids) or chat messages through the chat
+//! template, tokenised off the async threads. The validation step calls it, and checks the
+//! token ids it gives (`validation::prompt`).
 
 use std::sync::Arc;
 
 use actix_web::web;
 use tokenizers::Tokenizer;
 
+use super::ServedModel;
 use super::errors::ApiError;
-use crate::engine::sampling_params::SamplingParams;
+use super::openai_types::{ChatMessageIn, PromptInput, ToolDefinition};
+use super::tool_calls::{template_messages, template_tools};
+use crate::model::chat_template::{ChatMessage as TemplateMessage, ChatTemplate, ChatTemplateError};
 use crate::tokenizer::encode_prompt;
+
+/// Where a body's prompts come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptSource {
+    /// Completions: text or token ids, one prompt or a batch; `suffix` for fill-in-the-middle.
+    Completion {
+        prompt: PromptInput,
+        suffix: Option<String>,
+    },
+    /// Chat: the messages (and the tools) through the chat template, one prompt.
+    Chat {
+        messages: Vec<ChatMessageIn>,
+        tools: Option<Vec<ToolDefinition>>,
+    },
+}
+
+impl PromptSource {
+    /// The prompts as token ids, one per prompt of the body.
+    pub async fn token_ids(self, model: &ServedModel) -> Result<Vec<Vec<u32>>, ApiError> {
+        match self {
+            PromptSource::Completion { prompt, suffix } => completion_prompts(prompt, suffix, &model.tokenizer).await,
+            PromptSource::Chat { messages, tools } => {
+                let messages = template_messages(&messages)?;
+                let tools = template_tools(tools.as_deref());
+                let text = render_off_the_worker(&model.chat_template, messages, tools, true).await?;
+                tokenize(&model.tokenizer, vec![text]).await
+            }
+        }
+    }
+}
+
+async fn completion_prompts(
+    prompt: PromptInput,
+    suffix: Option<String>,
+    tokenizer: &Arc<Tokenizer>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let prompt = match suffix.filter(|s| !s.is_empty()) {
+        Some(suffix) => fill_in_the_middle(tokenizer, prompt, &suffix)?,
+        None => prompt,
+    };
+    let prompts = match prompt {
+        PromptInput::Text(text) => tokenize(tokenizer, vec![text]).await?,
+        PromptInput::TextBatch(texts) => tokenize(tokenizer, texts).await?,
+        PromptInput::Tokens(ids) => vec![ids],
+        PromptInput::TokenBatch(batch) => batch,
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid("prompt", "`prompt` must not be empty"));
+    }
+    Ok(prompts)
+}
+
+/// The fill-in-the-middle tokens of StarCoder-style vocabularies.
+const FIM_TOKENS: [&str; 3] = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"];
+
+/// Whether the vocabulary has every fill-in-the-middle token, so `suffix` can be served.
+pub fn has_fim_tokens(tokenizer: &Tokenizer) -> bool {
+    FIM_TOKENS.iter().all(|t| tokenizer.token_to_id(t).is_some())
+}
+
+/// `suffix`: text prompts in the model's fill-in-the-middle format
+/// (`<fim_prefix>{prompt}<fim_suffix>{suffix}<fim_middle>`); a model without those tokens
+/// (the default SmolLM2 has none) cannot serve it, so it is refused rather than ignored.
+fn fill_in_the_middle(tokenizer: &Tokenizer, prompt: PromptInput, suffix: &str) -> Result<PromptInput, ApiError> {
+    if !has_fim_tokens(tokenizer) {
+        return Err(ApiError::invalid(
+            "suffix",
+            "`suffix` needs a model with fill-in-the-middle tokens; the served model has none",
+        ));
+    }
+    let [prefix_token, suffix_token, middle_token] = FIM_TOKENS;
+    let wrap = |text: String| format!("{prefix_token}{text}{suffix_token}{suffix}{middle_token}");
+    match prompt {
+        PromptInput::Text(text) => Ok(PromptInput::Text(wrap(text))),
+        PromptInput::TextBatch(texts) => Ok(PromptInput::TextBatch(texts.into_iter().map(wrap).collect())),
+        PromptInput::Tokens(_) | PromptInput::TokenBatch(_) => {
+            Err(ApiError::invalid("suffix", "`suffix` is served with text prompts only"))
+        }
+    }
+}
+
+/// Renders on the blocking pool, so even a slow template (bounded by its [`RenderLimits`])
+/// never holds up an HTTP worker. A template that hits a limit is the operator's problem, not
+/// the client's: a 500 that says so and echoes nothing of the template.
+///
+/// [`RenderLimits`]: crate::model::chat_template::RenderLimits
+pub async fn render_off_the_worker(
+    template: &Arc<ChatTemplate>,
+    messages: Vec<TemplateMessage>,
+    tools: Option<Vec<serde_json::Value>>,
+    add_generation_prompt: bool,
+) -> Result<String, ApiError> {
+    let template = Arc::clone(template);
+    let rendered = web::block(move || template.render_with_tools(&messages, tools.as_deref(), add_generation_prompt))
+        .await
+        .map_err(|_| ApiError::EngineError("the chat template task failed".into()))?;
+    rendered.map_err(|e| match e {
+        ChatTemplateError::LimitExceeded(limit) => ApiError::ChatTemplateFailed(format!(
+            "The model's chat template exceeded its {limit} while rendering this request; the server's \
+             operator must fix the template (--chat-template)."
+        )),
+        other => ApiError::invalid("messages", format!("the chat template refused the messages: {other}")),
+    })
+}
 
 /// Tokenises texts on the blocking pool (tokenising a long prompt takes milliseconds), with
 /// the model's BOS when it asks for one (once, even if the text starts with it).
@@ -26,96 +135,4 @@ pub async fn tokenize(tokenizer: &Arc<Tokenizer>, texts: Vec<String>) -> Result<
         param: "prompt".into(),
         message: format!("cannot tokenise: {e}"),
     })
-}
-
-/// Refuses empty prompts and token ids outside the vocabulary.
-pub fn check_prompt(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
-    if ids.is_empty() {
-        return Err(ApiError::invalid(param, format!("`{param}` must not be empty")));
-    }
-    check_prompt_ids(ids, vocab_size, param)
-}
-
-/// Refuses token ids outside the vocabulary (an empty list passes).
-pub fn check_prompt_ids(ids: &[u32], vocab_size: usize, param: &str) -> Result<(), ApiError> {
-    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab_size) {
-        return Err(ApiError::invalid(
-            param,
-            format!("token id {bad} is out of range (vocabulary size {vocab_size})"),
-        ));
-    }
-    Ok(())
-}
-
-/// The request fields an error about the context names, as the client spelled them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParamNames {
-    /// `prompt` or `messages`.
-    pub prompt: &'static str,
-    /// `max_tokens` or `max_completion_tokens`.
-    pub max_tokens: &'static str,
-}
-
-/// Clamps an open `max_tokens` to the room left in the context, and refuses a prompt that
-/// with `max_tokens` exceeds it.
-pub fn fit_to_context(
-    prompt_len: usize,
-    params: &mut SamplingParams,
-    max_model_len: usize,
-    names: ParamNames,
-) -> Result<(), ApiError> {
-    let exceeded = |max_tokens: u32| ApiError::ContextLengthExceeded {
-        prompt_tokens: prompt_len as u32,
-        max_tokens,
-        max_model_len: max_model_len as u32,
-        prompt_param: names.prompt,
-        max_tokens_param: names.max_tokens,
-    };
-    if prompt_len >= max_model_len {
-        return Err(exceeded(params.max_tokens.unwrap_or(1).min(1)));
-    }
-    let room = (max_model_len - prompt_len) as u32;
-    match params.max_tokens {
-        None => params.max_tokens = Some(room),
-        Some(asked) if asked > room => return Err(exceeded(asked)),
-        Some(_) => {}
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CHAT: ParamNames = ParamNames {
-        prompt: "messages",
-        max_tokens: "max_completion_tokens",
-    };
-
-    #[test]
-    fn open_max_tokens_is_clamped_and_explicit_overflow_refused() {
-        let mut p = SamplingParams {
-            max_tokens: None,
-            ..Default::default()
-        };
-        fit_to_context(100, &mut p, 128, CHAT).expect("fits");
-        assert_eq!(p.max_tokens, Some(28));
-        let mut p = SamplingParams {
-            max_tokens: Some(29),
-            ..Default::default()
-        };
-        let err = fit_to_context(100, &mut p, 128, CHAT).unwrap_err();
-        assert!(matches!(err, ApiError::ContextLengthExceeded { .. }));
-        assert_eq!(err.param(), Some("max_completion_tokens"));
-        let mut p = SamplingParams::default();
-        let err = fit_to_context(128, &mut p, 128, CHAT).unwrap_err();
-        assert_eq!(err.param(), Some("messages"));
-    }
-
-    #[test]
-    fn out_of_vocabulary_ids_are_refused() {
-        assert!(check_prompt(&[1, 2, 3], 10, "prompt").is_ok());
-        assert!(check_prompt(&[1, 10], 10, "prompt").is_err());
-        assert!(check_prompt(&[], 10, "prompt").is_err());
-    }
 }

@@ -6,12 +6,13 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::AppState;
 use super::auth::ApiKeys;
-use super::chat::create_chat_completion;
-use super::completions::create_completion;
+use super::chat::Chat;
+use super::completions::Completions;
 use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
 use super::openapi::{Serving, allowed_methods, served_document};
-use super::responses::create_response;
+use super::pipeline::serve;
+use super::responses::Responses;
 use super::service_types::{Load, Readiness, VersionInfo};
 use super::tokenize::{detokenize, tokenize};
 use super::tokenizer_info::tokenizer_info as tokenizer_info_handler;
@@ -36,9 +37,9 @@ fn all_routes(cfg: &mut web::ServiceConfig, metrics_on_this_port: bool, tokenize
         };
     }
     cfg.service(resource!("/v1/models", Method::GET, list_models))
-        .service(resource!("/v1/completions", Method::POST, create_completion))
-        .service(resource!("/v1/chat/completions", Method::POST, create_chat_completion))
-        .service(resource!("/v1/responses", Method::POST, create_response))
+        .service(resource!("/v1/completions", Method::POST, serve::<Completions>))
+        .service(resource!("/v1/chat/completions", Method::POST, serve::<Chat>))
+        .service(resource!("/v1/responses", Method::POST, serve::<Responses>))
         .service(resource!("/tokenize", Method::POST, tokenize))
         .service(resource!("/detokenize", Method::POST, detokenize))
         .service(resource!("/health", Method::GET, health))
@@ -81,7 +82,7 @@ async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     let m = &state.model;
     let base = ModelCard::new(m.name.clone(), m.created, m.max_model_len as u32);
     let adapters = m.adapters.iter().map(|a| ModelCard {
-        root: Some(a.path.clone()),
+        root: a.path.clone(),
         parent: Some(m.name.clone()),
         ..ModelCard::new(a.name.clone(), m.created, m.max_model_len as u32)
     });

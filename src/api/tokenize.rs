@@ -11,14 +11,14 @@ use serde_json::value::RawValue;
 use tokenizers::Tokenizer;
 
 use super::AppState;
-use super::chat::render_off_the_worker;
 use super::errors::ApiError;
 use super::json_body::{JsonBody, parse};
 use super::openai_types::{
     DetokenizeRequest, DetokenizeResponse, TokenizeChatRequest, TokenizeRequest, TokenizeResponse,
 };
-use super::prompt::check_prompt_ids;
+use super::prompt::render_off_the_worker;
 use super::tool_calls::{template_messages, template_tools};
+use super::validation::{check_model, check_prompt_ids};
 use crate::model::chat_template::ChatTemplate;
 use crate::tokenizer::encode_prompt;
 
@@ -57,11 +57,11 @@ pub async fn tokenize(
     let model = &state.model;
     let (text, add_special_tokens, return_token_strs) = match request {
         TokenizeRequest::Completion(r) => {
-            state.check_model(r.model.as_deref())?;
+            check_model(model, r.model.as_deref())?;
             (r.prompt, r.add_special_tokens.unwrap_or(true), r.return_token_strs)
         }
         TokenizeRequest::Chat(r) => {
-            state.check_model(r.model.as_deref())?;
+            check_model(model, r.model.as_deref())?;
             let add_special_tokens = r.add_special_tokens.unwrap_or(true);
             let return_token_strs = r.return_token_strs;
             (
@@ -138,7 +138,7 @@ pub async fn detokenize(
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<DetokenizeRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    state.check_model(body.model.as_deref())?;
+    check_model(&state.model, body.model.as_deref())?;
     check_prompt_ids(&body.tokens, state.model.token_id_bound, "tokens")?;
     let tokenizer = Arc::clone(&state.model.tokenizer);
     let prompt = web::block(move || tokenizer.decode(&body.tokens, false))

@@ -78,7 +78,11 @@ impl Default for LoraConfig {
 impl LoraConfig {
     /// Adapters kept in memory: the setting, or `max_loras` when it is 0.
     pub fn cpu_loras(&self) -> usize {
-        if self.max_cpu_loras == 0 { self.max_loras } else { self.max_cpu_loras }
+        if self.max_cpu_loras == 0 {
+            self.max_loras
+        } else {
+            self.max_cpu_loras
+        }
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -97,7 +101,10 @@ impl LoraConfig {
         let mut names: Vec<&str> = self.lora_modules.iter().map(|m| m.name.as_str()).collect();
         names.sort_unstable();
         if let Some(pair) = names.windows(2).find(|p| p[0] == p[1]) {
-            return Err(invalid("lora.lora_modules", format!("the name {} is given twice", pair[0])));
+            return Err(invalid(
+                "lora.lora_modules",
+                format!("the name {} is given twice", pair[0]),
+            ));
         }
         Ok(())
     }
@@ -112,8 +119,8 @@ mod tests {
     /// The `[lora]` section from `flags`; a value the command-line parser refuses (a module
     /// that is neither `name=path` nor JSON) is an error too.
     fn resolve(flags: &[&str]) -> Result<LoraConfig, ConfigError> {
-        let cli = Cli::try_parse_from(["kiln", "serve"].iter().chain(flags))
-            .map_err(|e| invalid("lora", e.to_string()))?;
+        let cli =
+            Cli::try_parse_from(["kiln", "serve"].iter().chain(flags)).map_err(|e| invalid("lora", e.to_string()))?;
         let Command::Serve(args) = cli.command else {
             panic!("serve")
         };

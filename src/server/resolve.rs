@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::config::cli::ServeArgs;
 use crate::config::{Config, ConfigError, TelemetrySettings, invalid};
 use crate::kernels::KernelPath;
+use crate::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
 use crate::stats::custom_buckets::CustomHistogramBuckets;
 use crate::stats::exporter::is_metric_name_prefix;
-use crate::otlp::{OtlpConfig, OtlpError, OtlpProtocol, otlp_config_from_lookup};
 use crate::stats::push_histograms::{HistogramAggregation, histogram_aggregation_from_lookup};
 use crate::traces::config::{TracesConfig, traces_config_from_lookup};
 

@@ -10,6 +10,7 @@ use crate::common::{Tiny, start_tiny};
 
 const CHAT: &str = "/v1/chat/completions";
 const COMPLETIONS: &str = "/v1/completions";
+const RESPONSES: &str = "/v1/responses";
 
 /// What a case expects: the status and the `param` (`None`: `null`).
 struct Case {
@@ -301,6 +302,73 @@ fn cases(vocabulary: u64) -> Vec<Case> {
             r#"{"prompt": "a", "stop_token_ids": [4294967296]}"#,
             400,
             Some("stop_token_ids[0]"),
+        ),
+    ]
+    .into_iter()
+    .chain(misfit_group_fields())
+    .collect()
+}
+
+/// A value of the wrong type in one field of each shared field group (`CommonFields`,
+/// `SamplingFields`, `ConstraintFields`), in each body that carries the group: the groups are
+/// flattened into the bodies, and the 400 still names the field.
+fn misfit_group_fields() -> Vec<Case> {
+    let chat = |field: &str, value: &str| {
+        format!(r#"{{"messages": [{{"role": "user", "content": "hi"}}], "{field}": {value}}}"#)
+    };
+    let completion = |field: &str, value: &str| format!(r#"{{"prompt": "hi", "{field}": {value}}}"#);
+    let responses = |field: &str, value: &str| format!(r#"{{"input": "hi", "{field}": {value}}}"#);
+    vec![
+        case(
+            "common group, completions",
+            COMPLETIONS,
+            completion("temperature", r#""hot""#),
+            400,
+            Some("temperature"),
+        ),
+        case("common group, chat", CHAT, chat("seed", "1.5"), 400, Some("seed")),
+        case(
+            "common group, responses",
+            RESPONSES,
+            responses("top_p", r#""all""#),
+            400,
+            Some("top_p"),
+        ),
+        case(
+            "common group, responses stream",
+            RESPONSES,
+            responses("stream", "1"),
+            400,
+            Some("stream"),
+        ),
+        case(
+            "sampling group, completions",
+            COMPLETIONS,
+            completion("top_k", "2.5"),
+            400,
+            Some("top_k"),
+        ),
+        case("sampling group, chat", CHAT, chat("stop", "7"), 400, Some("stop")),
+        case(
+            "sampling group, nested",
+            CHAT,
+            chat("stop_token_ids", "[1, -2]"),
+            400,
+            Some("stop_token_ids[1]"),
+        ),
+        case(
+            "constraint group, completions",
+            COMPLETIONS,
+            completion("guided_regex", "5"),
+            400,
+            Some("guided_regex"),
+        ),
+        case(
+            "constraint group, chat",
+            CHAT,
+            chat("guided_choice", r#""a""#),
+            400,
+            Some("guided_choice"),
         ),
     ]
 }

@@ -1,6 +1,7 @@
 //! Wire types of the OpenAI completions, chat and models APIs, shaped after what the official
 //! `openai` Python client sends and parses: requests, responses and their logprobs.
 
+mod fields;
 mod logprobs;
 mod prompt_logprobs;
 mod requests;
@@ -10,6 +11,7 @@ mod structured;
 mod tokenize;
 mod tools;
 
+pub use fields::*;
 pub use logprobs::*;
 pub use prompt_logprobs::*;
 pub use requests::*;

@@ -1,19 +1,18 @@
 //! Request bodies of the completions and chat APIs.
 //!
 //! Every optional knob stays an `Option` so `api::validation` can tell "absent" from
-//! "default" and resolve defaults in one place. Unknown fields are ignored (no
+//! "default" and resolve defaults in one place; the fields several bodies share are written
+//! once, in `fields`. Unknown fields are ignored (no
 //! `deny_unknown_fields`): clients send many fields (`tools`, `response_format`, ...) that a
 //! strict server would reject.
-
-use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::openapi::{RefOr, schema::Schema};
 use utoipa::{PartialSchema, ToSchema};
 
+use super::fields::{CommonFields, ConstraintFields, SamplingFields};
 use super::schemas;
 use super::tools::{ToolCall, ToolChoice, ToolDefinition};
-use super::{ResponseFormatParam, StructuredOutputsParam};
 use crate::api::errors::ApiError;
 
 /// `prompt` of `/v1/completions`: OpenAI accepts all four shapes.
@@ -89,37 +88,16 @@ pub struct StreamOptions {
     pub continuous_usage_stats: Option<bool>,
 }
 
-/// Body of `POST /v1/completions`.
+/// Body of `POST /v1/completions`: its own fields and the groups it shares with chat (and
+/// Responses), flattened: the wire body is flat.
 // The `#[schema]` ranges state the rules of `api::validation` in the OpenAPI document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CompletionRequest {
-    /// `None`: the served model (vLLM accepts a missing model too).
-    #[serde(default)]
-    pub model: Option<String>,
-    /// The data-parallel rank to serve this request (vLLM's and SGLang's routers pin ranks);
-    /// kiln runs one engine, rank 0: any other is refused.
-    #[serde(default)]
-    pub data_parallel_rank: Option<i64>,
     pub prompt: PromptInput,
     /// Defaults to 16, as OpenAI's completions endpoint does.
     #[serde(default)]
     #[schema(minimum = 1, maximum = 4_294_967_295_u32, format = Int64)]
     pub max_tokens: Option<u32>,
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 1)]
-    pub top_p: Option<f32>,
-    /// Choices per prompt.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 16)]
-    pub n: Option<u32>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    /// Only with `stream: true`.
-    #[serde(default, deserialize_with = "super::structured::optional_object")]
-    pub stream_options: Option<StreamOptions>,
     /// Number of top logprobs per token (`0` = only the sampled token).
     #[serde(default)]
     #[schema(maximum = 20)]
@@ -130,71 +108,19 @@ pub struct CompletionRequest {
     /// Text after the completion (fill-in-the-middle): refused for models without FIM tokens.
     #[serde(default)]
     pub suffix: Option<String>,
-    #[serde(default)]
-    pub stop: Option<StopInput>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f32>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f32>,
-    /// Signed because the OpenAI client types it as a plain int.
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub user: Option<String>,
-    #[serde(default)]
-    #[schema(schema_with = schemas::logit_bias)]
-    pub logit_bias: Option<HashMap<String, f64>>,
     /// Accepted when equal to `n` (or absent).
     #[serde(default)]
     #[schema(minimum = 1, maximum = 16)]
     pub best_of: Option<u32>,
-    // vLLM extensions.
-    /// `-1` or `0` disable top-k.
-    #[serde(default)]
-    #[schema(minimum = -1)]
-    pub top_k: Option<i32>,
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub min_p: Option<f32>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 3.402_823_5e38)]
-    pub repetition_penalty: Option<f32>,
-    #[serde(default)]
-    #[schema(schema_with = schemas::stop_token_ids)]
-    pub stop_token_ids: Option<Vec<u32>>,
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    /// Tokens to generate before an end-of-generation or stop token or a stop string may end
-    /// the choice; at most `max_tokens`.
-    #[serde(default)]
-    #[schema(format = Int64)]
-    pub min_tokens: Option<u32>,
-    /// Constrains the output: `json_object`, or `json_schema` with a schema.
-    #[serde(default, deserialize_with = "super::structured::optional_object")]
-    pub response_format: Option<ResponseFormatParam>,
-    /// vLLM's output constraints (one of `json`, `regex`, `choice`, `grammar`, `json_object`).
-    #[serde(default, deserialize_with = "super::structured::optional_object")]
-    pub structured_outputs: Option<StructuredOutputsParam>,
-    /// vLLM's older form of `structured_outputs.json` (an object or its JSON text).
-    #[serde(default)]
-    #[schema(value_type = Option<Value>)]
-    pub guided_json: Option<serde_json::Value>,
-    /// vLLM's older form of `structured_outputs.regex`.
-    #[serde(default)]
-    pub guided_regex: Option<String>,
-    /// vLLM's older form of `structured_outputs.choice`.
-    #[serde(default)]
-    pub guided_choice: Option<Vec<String>>,
-    /// vLLM's older form of `structured_outputs.grammar`.
-    #[serde(default)]
-    pub guided_grammar: Option<String>,
-    /// Top logprobs per prompt token (vLLM); the prompt is computed whole, not read from the
-    /// prefix cache.
-    #[serde(default)]
-    #[schema(maximum = 20)]
-    pub prompt_logprobs: Option<u32>,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub common: CommonFields,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub sampling: SamplingFields,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub constraints: ConstraintFields,
 }
 
 /// Chat roles OpenAI accepts; an unknown role is a 400 from serde.
@@ -315,16 +241,11 @@ impl ChatMessageIn {
     }
 }
 
-/// Body of `POST /v1/chat/completions`.
+/// Body of `POST /v1/chat/completions`: its own fields and the groups it shares with
+/// completions (and Responses), flattened: the wire body is flat.
 // The `#[schema]` ranges state the rules of `api::validation` in the OpenAPI document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
-    #[serde(default)]
-    pub model: Option<String>,
-    /// The data-parallel rank to serve this request (vLLM's and SGLang's routers pin ranks);
-    /// kiln runs one engine, rank 0: any other is refused.
-    #[serde(default)]
-    pub data_parallel_rank: Option<i64>,
     #[schema(min_items = 1)]
     pub messages: Vec<ChatMessageIn>,
     /// Deprecated by OpenAI in favour of `max_completion_tokens`, which wins.
@@ -336,85 +257,11 @@ pub struct ChatCompletionRequest {
     #[schema(minimum = 1, maximum = 4_294_967_295_u32, format = Int64)]
     pub max_completion_tokens: Option<u32>,
     #[serde(default)]
-    #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 1)]
-    pub top_p: Option<f32>,
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 16)]
-    pub n: Option<u32>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    /// Only with `stream: true`.
-    #[serde(default, deserialize_with = "super::structured::optional_object")]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    pub stop: Option<StopInput>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub presence_penalty: Option<f32>,
-    #[serde(default)]
-    #[schema(minimum = -2, maximum = 2)]
-    pub frequency_penalty: Option<f32>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
     pub logprobs: Option<bool>,
     /// Requires `logprobs: true`.
     #[serde(default)]
     #[schema(maximum = 20)]
     pub top_logprobs: Option<u32>,
-    #[serde(default)]
-    pub user: Option<String>,
-    // vLLM extensions.
-    /// `-1` or `0` disable top-k.
-    #[serde(default)]
-    #[schema(minimum = -1)]
-    pub top_k: Option<i32>,
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 1)]
-    pub min_p: Option<f32>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 3.402_823_5e38)]
-    pub repetition_penalty: Option<f32>,
-    #[serde(default)]
-    #[schema(schema_with = schemas::stop_token_ids)]
-    pub stop_token_ids: Option<Vec<u32>>,
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    /// Tokens to generate before an end-of-generation or stop token or a stop string may end
-    /// the choice; at most `max_completion_tokens` (or `max_tokens`) when sent.
-    #[serde(default)]
-    #[schema(format = Int64)]
-    pub min_tokens: Option<u32>,
-    /// Constrains the output: `json_object`, or `json_schema` with a schema.
-    #[serde(default, deserialize_with = "super::structured::optional_object")]
-    pub response_format: Option<ResponseFormatParam>,
-    /// vLLM's output constraints (one of `json`, `regex`, `choice`, `grammar`, `json_object`).
-    #[serde(default, deserialize_with = "super::structured::optional_object")]
-    pub structured_outputs: Option<StructuredOutputsParam>,
-    /// vLLM's older form of `structured_outputs.json` (an object or its JSON text).
-    #[serde(default)]
-    #[schema(value_type = Option<Value>)]
-    pub guided_json: Option<serde_json::Value>,
-    /// vLLM's older form of `structured_outputs.regex`.
-    #[serde(default)]
-    pub guided_regex: Option<String>,
-    /// vLLM's older form of `structured_outputs.choice`.
-    #[serde(default)]
-    pub guided_choice: Option<Vec<String>>,
-    /// vLLM's older form of `structured_outputs.grammar`.
-    #[serde(default)]
-    pub guided_grammar: Option<String>,
-    #[serde(default)]
-    #[schema(schema_with = schemas::logit_bias)]
-    pub logit_bias: Option<HashMap<String, f64>>,
-    /// vLLM extension: the top-k logprobs of each prompt position, in the response's
-    /// top-level `prompt_logprobs` (not with `stream`, as in vLLM).
-    #[serde(default)]
-    #[schema(maximum = 20)]
-    pub prompt_logprobs: Option<u32>,
     /// vLLM renders a template sent with the request; kiln never does (a template is code
     /// run on the server), so any value but `null` is refused with a 400 naming this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -429,6 +276,15 @@ pub struct ChatCompletionRequest {
     /// `false`: at most one call per choice (`required`); default `true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub common: CommonFields,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub sampling: SamplingFields,
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub constraints: ConstraintFields,
 }
 
 impl ChatCompletionRequest {

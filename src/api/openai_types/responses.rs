@@ -257,17 +257,12 @@ pub struct ModelCard {
     pub object: String,
     pub created: u64,
     pub owned_by: String,
-    /// vLLM's: the model the served name stands for (the name itself: kiln serves no aliases).
+    /// vLLM's: what the served name stands for: the name itself for the base model, a LoRA
+    /// adapter's folder for an adapter.
     pub root: String,
-    /// vLLM's: the base model of an adapter (`null`: kiln serves no adapters).
+    /// vLLM's: the base model a LoRA adapter runs on (`null` for the base model).
     pub parent: Option<String>,
     pub max_model_len: u32,
-    /// A LoRA adapter's folder (vLLM's `root`); absent for the base model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub root: Option<String>,
-    /// The base model a LoRA adapter runs on (vLLM's `parent`); absent for the base model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
 }
 
 impl ModelCard {
@@ -280,8 +275,6 @@ impl ModelCard {
             owned_by: "kiln".to_owned(),
             parent: None,
             max_model_len,
-            root: None,
-            parent: None,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The request fields that constrain a choice's output: OpenAI's `response_format` and vLLM's
-//! `structured_outputs` object and older `guided_*` fields. `api::structured_output` turns
+//! `structured_outputs` object and older `guided_*` fields. `api::validation` turns
 //! them into one `StructuredOutput`.
 
 use serde::de::{DeserializeOwned, Error};

@@ -37,15 +37,15 @@ fn completion_request_from_python_client_shape() {
     }))
     .unwrap();
     assert_eq!(req.max_tokens, Some(7));
-    assert_eq!(req.temperature, Some(0.0));
-    assert_eq!(req.stop, Some(StopInput::Single("\n".into())));
-    assert_eq!(req.top_k, Some(5));
-    assert_eq!(req.stop_token_ids, Some(vec![2]));
-    assert_eq!(req.stream_options.unwrap().include_usage, Some(true));
+    assert_eq!(req.common.temperature, Some(0.0));
+    assert_eq!(req.sampling.stop, Some(StopInput::Single("\n".into())));
+    assert_eq!(req.sampling.top_k, Some(5));
+    assert_eq!(req.sampling.stop_token_ids, Some(vec![2]));
+    assert_eq!(req.sampling.stream_options.unwrap().include_usage, Some(true));
     // Explicit nulls (the Python client passes `None` through) parse.
     let req: CompletionRequest = parse(json!({"prompt": "x", "max_tokens": null, "stop": null})).unwrap();
     assert_eq!(req.max_tokens, None);
-    assert_eq!(req.model, None);
+    assert_eq!(req.common.model, None);
 }
 
 #[test]

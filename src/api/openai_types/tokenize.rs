@@ -9,6 +9,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::schemas;
 use super::{ChatMessageIn, ToolDefinition};
+use crate::api::json_body::RequestBody;
 
 /// `/tokenize` with a text prompt.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -97,6 +98,10 @@ pub struct DetokenizeRequest {
     #[schema(schema_with = schemas::token_ids)]
     pub tokens: Vec<u32>,
 }
+
+impl RequestBody for DetokenizeRequest {}
+impl RequestBody for TokenizeCompletionRequest {}
+impl RequestBody for TokenizeChatRequest {}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct DetokenizeResponse {

@@ -6,6 +6,12 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::{IntoResponses, PartialSchema};
+
 use crate::api::errors::ErrorBody;
 use crate::api::openai_types::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, DetokenizeRequest,
@@ -20,6 +26,69 @@ use crate::api::service_types::{Load, Readiness, VersionInfo};
 pub struct ServerSentEvent {
     /// A chunk as JSON (`CompletionChunk` or `ChatCompletionChunk`), or `[DONE]` after the last.
     pub data: String,
+}
+
+/// The refusals of every operation that reads a body: a missing or wrong key, another model,
+/// a body too slow or too large.
+pub struct BodyRefusals;
+
+impl IntoResponses for BodyRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        [
+            ("401", "No API key or a wrong one (when the server has keys)"),
+            ("404", "`model` is not the served model"),
+            ("408", "The body arrived too slowly"),
+            ("413", "The body is over the size limit"),
+        ]
+        .into_iter()
+        .map(|(status, description)| (status.to_owned(), error(description).build().into()))
+        .collect()
+    }
+}
+
+/// The refusals of every generation operation: those of a body, and the engine's.
+pub struct GenerationRefusals;
+
+impl IntoResponses for GenerationRefusals {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let retry_after = HeaderBuilder::new()
+            .schema(Some(u32::schema()))
+            .description(Some("Seconds to wait"))
+            .build();
+        let mut responses = BodyRefusals::responses();
+        responses.extend([
+            (
+                "429".to_owned(),
+                error("The queue is full; retry after `Retry-After` seconds")
+                    .header("Retry-After", retry_after)
+                    .build()
+                    .into(),
+            ),
+            (
+                "500".to_owned(),
+                error("The engine failed (chat, Responses: or the chat template did)")
+                    .build()
+                    .into(),
+            ),
+            (
+                "503".to_owned(),
+                error("The model is loading (with `Retry-After`) or the engine is not running")
+                    .build()
+                    .into(),
+            ),
+        ]);
+        responses
+    }
+}
+
+/// A response with an OpenAI error body.
+fn error(description: &str) -> ResponseBuilder {
+    let body = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("ErrorBody")))
+        .build();
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", body)
 }
 
 #[utoipa::path(
@@ -52,15 +121,7 @@ pub struct ServerSentEvent {
             )),
         (status = 400, description = "A parameter is invalid (`param` names it), or the prompt \
             and `max_tokens` exceed the context", body = ErrorBody),
-        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
-        (status = 404, description = "`model` is not the served model", body = ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
-        (status = 413, description = "The body is over the size limit", body = ErrorBody),
-        (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
-            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 503, description = "The model is loading (with `Retry-After`) or the engine is \
-            not running", body = ErrorBody)
+        GenerationRefusals
     )
 )]
 pub fn create_completion() {}
@@ -117,15 +178,7 @@ pub fn create_completion() {}
             )),
         (status = 400, description = "A parameter or message is invalid (`param` names it), or \
             the messages and `max_completion_tokens` exceed the context", body = ErrorBody),
-        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
-        (status = 404, description = "`model` is not the served model", body = ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
-        (status = 413, description = "The body is over the size limit", body = ErrorBody),
-        (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
-            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 500, description = "The engine failed", body = ErrorBody),
-        (status = 503, description = "The model is loading (with `Retry-After`) or the engine is \
-            not running", body = ErrorBody)
+        GenerationRefusals
     )
 )]
 pub fn create_chat_completion() {}
@@ -160,14 +213,7 @@ pub fn create_chat_completion() {}
             )),
         (status = 400, description = "A parameter is invalid (`param` names it), or \
             `previous_response_id` was sent (no responses are kept)", body = ErrorBody),
-        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
-        (status = 404, description = "`model` is not the served model", body = ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
-        (status = 413, description = "The body is over the size limit", body = ErrorBody),
-        (status = 429, description = "The queue is full; retry after `Retry-After` seconds",
-            body = ErrorBody, headers(("Retry-After" = u32, description = "Seconds to wait"))),
-        (status = 500, description = "The engine or the chat template failed", body = ErrorBody),
-        (status = 503, description = "The model is loading or the engine is not running", body = ErrorBody)
+        GenerationRefusals
     )
 )]
 pub fn create_response() {}
@@ -191,10 +237,7 @@ pub fn create_response() {}
     responses(
         (status = 200, description = "The prompt's token ids, as generation would see them", body = TokenizeResponse),
         (status = 400, description = "A parameter or message is invalid (`param` names it)", body = ErrorBody),
-        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
-        (status = 404, description = "`model` is not the served model", body = ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
-        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        BodyRefusals,
         (status = 500, description = "The chat template failed", body = ErrorBody),
         (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
     )
@@ -213,10 +256,7 @@ pub fn tokenize() {}
     responses(
         (status = 200, description = "The tokens' text", body = DetokenizeResponse),
         (status = 400, description = "A token id is outside the vocabulary", body = ErrorBody),
-        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
-        (status = 404, description = "`model` is not the served model", body = ErrorBody),
-        (status = 408, description = "The body arrived too slowly", body = ErrorBody),
-        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        BodyRefusals,
         (status = 503, description = "The model is loading (with `Retry-After`)", body = ErrorBody)
     )
 )]

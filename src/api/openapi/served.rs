@@ -6,8 +6,8 @@ use utoipa::OpenApi;
 use super::ApiDoc;
 use crate::api::ServedModel;
 use crate::api::auth::OPEN_PATHS;
-use crate::api::completions::has_fim_tokens;
 use crate::api::openai_types::schemas::TOKEN_ID;
+use crate::api::prompt::has_fim_tokens;
 use crate::config::LimitsConfig;
 
 /// The request bodies whose fields the served model and the limits bound.

@@ -10,6 +10,7 @@ use crate::api::ServedModel;
 use crate::api::auth::OPEN_PATHS;
 use crate::api::openai_types::schemas::TOKEN_ID;
 use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
+use crate::api::validation::Body;
 use crate::config::LimitsConfig;
 
 fn document() -> Value {
@@ -76,10 +77,10 @@ fn body_with(request: &str, field: &str, value: Value) -> Value {
 fn accepts(request: &str, body: &Value) -> bool {
     match request {
         "CompletionRequest" => {
-            serde_json::from_value::<CompletionRequest>(body.clone()).is_ok_and(|r| r.sampling_params().is_ok())
+            serde_json::from_value::<CompletionRequest>(body.clone()).is_ok_and(|r| r.check(None).is_ok())
         }
         "ChatCompletionRequest" => serde_json::from_value::<ChatCompletionRequest>(body.clone())
-            .is_ok_and(|r| r.sampling_params().is_ok() && r.flattened_messages().is_ok()),
+            .is_ok_and(|r| r.flattened_messages().is_ok() && r.check(None).is_ok()),
         other => panic!("no request type for {other}"),
     }
 }
@@ -291,5 +292,152 @@ fn a_401_is_documented_exactly_where_a_key_is_asked_for() {
         let operation = item.as_object().and_then(|i| i.values().next()).expect("operation");
         let has_401 = operation["responses"].get("401").is_some();
         assert_eq!(has_401, !OPEN_PATHS.contains(&path.as_str()), "{path}");
+    }
+}
+
+/// Every `$ref` in `value`.
+fn refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(target)) = map.get("$ref") {
+                out.push(target.clone());
+            }
+            map.values().for_each(|v| refs(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn request_bodies_are_flat_objects_with_their_shared_field_groups() {
+    const COMMON: [&str; 6] = ["model", "stream", "temperature", "top_p", "seed", "user"];
+    const SAMPLING: [&str; 12] = [
+        "n",
+        "stream_options",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "stop_token_ids",
+        "ignore_eos",
+        "min_tokens",
+    ];
+    const CONSTRAINTS: [&str; 6] = [
+        "response_format",
+        "structured_outputs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+    ];
+    let doc = document();
+    let schemas = &doc["components"]["schemas"];
+    let shared: Vec<&str> = COMMON.iter().chain(&SAMPLING).chain(&CONSTRAINTS).copied().collect();
+    let bodies: [(&str, Vec<&str>); 3] = [
+        (
+            COMPLETION,
+            [
+                shared.as_slice(),
+                &[
+                    "prompt_logprobs",
+                    "prompt",
+                    "max_tokens",
+                    "logprobs",
+                    "echo",
+                    "suffix",
+                    "best_of",
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            CHAT,
+            [
+                shared.as_slice(),
+                &[
+                    "prompt_logprobs",
+                    "messages",
+                    "max_tokens",
+                    "max_completion_tokens",
+                    "logprobs",
+                    "top_logprobs",
+                    "chat_template",
+                    "tools",
+                    "tool_choice",
+                    "parallel_tool_calls",
+                ],
+            ]
+            .concat(),
+        ),
+        (
+            "ResponsesRequest",
+            [
+                COMMON.as_slice(),
+                &[
+                    "input",
+                    "instructions",
+                    "tools",
+                    "tool_choice",
+                    "parallel_tool_calls",
+                    "text",
+                    "max_output_tokens",
+                    "store",
+                    "previous_response_id",
+                    "metadata",
+                ],
+            ]
+            .concat(),
+        ),
+    ];
+    for (body, fields) in bodies {
+        let schema = &schemas[body];
+        assert_eq!(schema["type"], "object", "{body}: {schema}");
+        assert_eq!(schema.get("allOf"), None, "{body}");
+        assert!(schema["description"].is_string(), "{body}");
+        let mut documented: Vec<&str> = schema["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut fields = fields;
+        documented.sort_unstable();
+        fields.sort_unstable();
+        assert_eq!(documented, fields, "{body}");
+    }
+    assert_eq!(schemas[COMPLETION]["required"], json!(["prompt"]));
+    assert_eq!(schemas[CHAT]["required"], json!(["messages"]));
+    assert_eq!(schemas["ResponsesRequest"]["required"], json!(["input"]));
+    assert_eq!(schemas[CHAT]["properties"]["temperature"]["maximum"], 2);
+    let mut targets = Vec::new();
+    refs(&doc, &mut targets);
+    assert!(!targets.is_empty());
+    for target in targets {
+        let name = target
+            .strip_prefix("#/components/schemas/")
+            .expect("a schema reference");
+        assert!(schemas.get(name).is_some(), "{target} names no schema");
+    }
+}
+
+#[test]
+fn the_generation_operations_share_one_error_table() {
+    let doc = document();
+    let statuses = |path: &str| -> Vec<String> {
+        let responses = doc["paths"][path]["post"]["responses"].as_object().expect("responses");
+        responses.keys().cloned().collect()
+    };
+    for path in ["/v1/completions", "/v1/chat/completions", "/v1/responses"] {
+        assert_eq!(
+            statuses(path),
+            ["200", "400", "401", "404", "408", "413", "429", "500", "503"],
+            "{path}"
+        );
+        let too_many = &doc["paths"][path]["post"]["responses"]["429"];
+        assert_eq!(too_many["headers"]["Retry-After"]["schema"]["type"], "integer");
     }
 }

@@ -9,15 +9,14 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::api::errors::ApiError;
-use crate::api::openai_types::ChatCompletionRequest;
+use crate::api::json_body::{RequestBody, parse_tracked};
+use crate::api::openai_types::{ChatCompletionRequest, CommonFields};
 
-/// Body of `POST /v1/responses`. Fields this server does not act on (`reasoning`, `include`,
-/// `truncation`, ...) are accepted and ignored, as by the chat endpoints.
+/// Body of `POST /v1/responses`: its own fields and the group every generation body shares,
+/// flattened. Fields this server does not act on (`reasoning`, `include`, `truncation`, ...)
+/// are accepted and ignored, as by the chat endpoints.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ResponsesRequest {
-    /// `None`: the served model.
-    #[serde(default)]
-    pub model: Option<String>,
     /// A user message as a string, or a list of items: messages (`role`, `content` as text
     /// or `input_text`/`output_text` parts), `function_call` and `function_call_output`.
     #[schema(value_type = Value)]
@@ -42,15 +41,6 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub max_output_tokens: Option<u32>,
-    #[serde(default)]
-    #[schema(minimum = 0, maximum = 2)]
-    pub temperature: Option<f32>,
-    #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 1)]
-    pub top_p: Option<f32>,
-    /// Server-sent events of the Responses API (`response.created` ... `response.completed`).
-    #[serde(default)]
-    pub stream: Option<bool>,
     /// Responses are not kept: `store` is answered `false` whatever is sent.
     #[serde(default)]
     pub store: Option<bool>,
@@ -60,11 +50,16 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
-    #[serde(default)]
-    pub user: Option<String>,
-    /// vLLM's: the sampling seed.
-    #[serde(default)]
-    pub seed: Option<u64>,
+    /// `stream`: the Responses API's events (`response.created` ... `response.completed`).
+    #[serde(flatten)]
+    #[schema(inline)]
+    pub common: CommonFields,
+}
+
+impl RequestBody for ResponsesRequest {
+    fn check_groups(text: &str) -> Result<(), ApiError> {
+        parse_tracked::<CommonFields>(text).map(drop)
+    }
 }
 
 /// What a response repeats of its request.
@@ -123,33 +118,22 @@ impl ResponsesRequest {
         {
             chat.insert("response_format".into(), format);
         }
-        let optional = [
-            ("model", self.model.clone().map(Value::from)),
-            ("max_completion_tokens", self.max_output_tokens.map(Value::from)),
-            ("temperature", self.temperature.map(Value::from)),
-            ("top_p", self.top_p.map(Value::from)),
-            ("parallel_tool_calls", self.parallel_tool_calls.map(Value::from)),
-            ("seed", self.seed.map(Value::from)),
-            ("stream", self.stream.map(Value::from)),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                chat.insert(key.into(), value);
-            }
-        }
-        let chat: ChatCompletionRequest =
+        let mut chat: ChatCompletionRequest =
             serde_json::from_value(Value::Object(chat)).map_err(|e| ApiError::invalid("input", e.to_string()))?;
+        chat.max_completion_tokens = self.max_output_tokens;
+        chat.parallel_tool_calls = self.parallel_tool_calls;
+        chat.common = self.common.clone();
         let echo = Echo {
             instructions: self.instructions,
             tools,
             tool_choice: self.tool_choice.unwrap_or_else(|| json!("auto")),
             parallel_tool_calls: self.parallel_tool_calls.unwrap_or(true),
             text: self.text.unwrap_or_else(|| json!({"format": {"type": "text"}})),
-            temperature: self.temperature,
-            top_p: self.top_p,
+            temperature: self.common.temperature,
+            top_p: self.common.top_p,
             max_output_tokens: self.max_output_tokens,
             metadata: self.metadata.unwrap_or_else(|| json!({})),
-            user: self.user,
+            user: self.common.user,
         };
         Ok((chat, echo))
     }

@@ -1,156 +1,21 @@
-//! Tool-choice resolution, schemas, parsing and stream deltas, without an engine.
+//! Tool-call parsing and stream deltas, without an engine.
 
 use serde_json::{Value, json};
 
 use super::*;
+use crate::api::errors::ApiError;
 use crate::api::openai_types::{ChatCompletionRequest, DeltaToolCall};
 
-const WEATHER: &str = r#"{"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}"#;
-
-fn request(extra: Value) -> ChatCompletionRequest {
-    let mut body = json!({
-        "messages": [{"role": "user", "content": "weather?"}],
+/// A chat body with two tools and these messages.
+fn with_tools(messages: Value) -> ChatCompletionRequest {
+    serde_json::from_value(json!({
+        "messages": messages,
         "tools": [
-            {"type": "function", "function": {"name": "get_weather", "parameters": serde_json::from_str::<Value>(WEATHER).unwrap()}},
+            {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
             {"type": "function", "function": {"name": "get_time"}},
         ],
-    });
-    for (k, v) in extra.as_object().expect("object") {
-        body[k] = v.clone();
-    }
-    serde_json::from_value(body).expect("request parses")
-}
-
-fn refused_param(r: Result<ToolChoicePlan, ApiError>) -> String {
-    match r {
-        Err(ApiError::InvalidParameter { param, .. }) => param,
-        other => panic!("expected a 400, got {other:?}"),
-    }
-}
-
-#[test]
-fn tool_choice_resolves_as_vllm_does() {
-    assert_eq!(ToolChoicePlan::of(&request(json!({}))).unwrap(), ToolChoicePlan::Auto);
-    assert_eq!(
-        ToolChoicePlan::of(&request(json!({"tools": null}))).unwrap(),
-        ToolChoicePlan::None
-    );
-    assert_eq!(
-        ToolChoicePlan::of(&request(json!({"tool_choice": "none"}))).unwrap(),
-        ToolChoicePlan::None
-    );
-    assert_eq!(
-        ToolChoicePlan::of(&request(json!({"tool_choice": "required"}))).unwrap(),
-        ToolChoicePlan::Required { parallel: true }
-    );
-    assert_eq!(
-        ToolChoicePlan::of(&request(
-            json!({"tool_choice": "required", "parallel_tool_calls": false})
-        ))
-        .unwrap(),
-        ToolChoicePlan::Required { parallel: false }
-    );
-    let named = json!({"tool_choice": {"type": "function", "function": {"name": "get_time"}}});
-    assert_eq!(
-        ToolChoicePlan::of(&request(named)).unwrap(),
-        ToolChoicePlan::Named("get_time".into())
-    );
-}
-
-#[test]
-fn bad_tool_choices_and_tools_are_refused_naming_the_field() {
-    let missing = json!({"tool_choice": {"type": "function", "function": {"name": "nope"}}});
-    assert_eq!(refused_param(ToolChoicePlan::of(&request(missing))), "tool_choice");
-    assert_eq!(
-        refused_param(ToolChoicePlan::of(&request(
-            json!({"tools": null, "tool_choice": "required"})
-        ))),
-        "tool_choice"
-    );
-    let bad_type = json!({"tools": [{"type": "retrieval", "function": {"name": "x"}}]});
-    assert_eq!(refused_param(ToolChoicePlan::of(&request(bad_type))), "tools[0].type");
-    let bad_params = json!({"tools": [{"type": "function", "function": {"name": "x", "parameters": [1]}}]});
-    assert_eq!(
-        refused_param(ToolChoicePlan::of(&request(bad_params))),
-        "tools[0].function.parameters"
-    );
-    let no_name = json!({"tools": [{"type": "function", "function": {"name": ""}}]});
-    assert_eq!(
-        refused_param(ToolChoicePlan::of(&request(no_name))),
-        "tools[0].function.name"
-    );
-}
-
-#[test]
-fn auto_needs_a_parser_and_none_never_parses() {
-    assert!(ToolChoicePlan::Auto.check_served(None).is_err());
-    assert!(ToolChoicePlan::Auto.check_served(Some(ToolCallParser::Hermes)).is_ok());
-    assert!(ToolChoicePlan::None.check_served(None).is_ok());
-    assert_eq!(
-        ToolChoicePlan::None.output(Some(ToolCallParser::Hermes)),
-        ToolOutput::Text
-    );
-    assert_eq!(
-        ToolChoicePlan::Auto.output(Some(ToolCallParser::Hermes)),
-        ToolOutput::Parsed(ToolCallParser::Hermes)
-    );
-}
-
-fn schema_of(plan: &ToolChoicePlan, req: &ChatCompletionRequest) -> Value {
-    match plan.constraint(req).expect("constraint") {
-        Some(StructuredOutput::Tool(text)) => serde_json::from_str(&text).expect("schema json"),
-        other => panic!("expected a JSON schema, got {other:?}"),
-    }
-}
-
-#[test]
-fn required_and_named_choices_constrain_to_the_tools_schemas() {
-    let req = request(json!({}));
-    assert_eq!(ToolChoicePlan::Auto.constraint(&req).unwrap(), None);
-    assert_eq!(ToolChoicePlan::None.constraint(&req).unwrap(), None);
-    // Strict by default, as vLLM: objects that do not say get `additionalProperties: false`.
-    let mut weather = serde_json::from_str::<Value>(WEATHER).unwrap();
-    weather["additionalProperties"] = json!(false);
-    let named = schema_of(&ToolChoicePlan::Named("get_weather".into()), &req);
-    assert_eq!(named, weather);
-    let no_params = schema_of(&ToolChoicePlan::Named("get_time".into()), &req);
-    assert_eq!(
-        no_params,
-        json!({"type": "object", "properties": {}, "additionalProperties": false})
-    );
-    // vLLM's option, sent false, keeps the schemas as sent.
-    let open = request(json!({"structured_outputs": {"disable_additional_properties": false}}));
-    let named = schema_of(&ToolChoicePlan::Named("get_weather".into()), &open);
-    assert_eq!(named, serde_json::from_str::<Value>(WEATHER).unwrap());
-    let required = schema_of(&ToolChoicePlan::Required { parallel: true }, &req);
-    assert_eq!(required["type"], "array");
-    assert_eq!(required["minItems"], 1);
-    assert_eq!(required.get("maxItems"), None);
-    let branches = required["items"]["anyOf"].as_array().expect("anyOf");
-    assert_eq!(branches.len(), 2);
-    assert_eq!(branches[0]["properties"]["name"]["enum"], json!(["get_weather"]));
-    assert_eq!(branches[0]["required"], json!(["name", "parameters"]));
-    assert_eq!(branches[1]["properties"]["parameters"], no_params);
-    let single = schema_of(&ToolChoicePlan::Required { parallel: false }, &req);
-    assert_eq!(single["maxItems"], 1);
-}
-
-#[test]
-fn required_schema_hoists_defs_and_refuses_conflicting_ones() {
-    let tool = |name: &str, def: Value| {
-        json!({"type": "function", "function": {"name": name, "parameters": {
-            "type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": def}}}})
-    };
-    let same = request(json!({"tools": [tool("a", json!({"type": "string"})), tool("b", json!({"type": "string"}))]}));
-    let schema = schema_of(&ToolChoicePlan::Required { parallel: true }, &same);
-    assert_eq!(schema["$defs"], json!({"P": {"type": "string"}}));
-    assert_eq!(
-        schema["items"]["anyOf"][0]["properties"]["parameters"].get("$defs"),
-        None
-    );
-    let clash =
-        request(json!({"tools": [tool("a", json!({"type": "string"})), tool("b", json!({"type": "integer"}))]}));
-    assert!(ToolChoicePlan::Required { parallel: true }.constraint(&clash).is_err());
+    }))
+    .expect("request parses")
 }
 
 #[test]
@@ -389,13 +254,13 @@ fn text_output_passes_through() {
 
 #[test]
 fn template_inputs_carry_tools_calls_and_results() {
-    let req = request(json!({"messages": [
+    let req = with_tools(json!([
         {"role": "user", "content": "weather?"},
         {"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
             {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": ""}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    ]}));
+    ]));
     let messages = template_messages(&req.messages).expect("messages");
     assert_eq!(messages[1].content, "");
     let calls = messages[1].tool_calls.as_ref().expect("calls");
@@ -405,10 +270,8 @@ fn template_inputs_carry_tools_calls_and_results() {
     let tools = template_tools(req.tools.as_deref()).expect("tools");
     assert_eq!(tools[0]["function"]["name"], "get_weather");
     assert!(tools_bytes(&req) > 0);
-    let bad = request(
-        json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}),
-    );
+    let bad = with_tools(json!([{"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]));
     match template_messages(&bad.messages) {
         Err(ApiError::InvalidParameter { param, .. }) => {
             assert_eq!(param, "messages[0].tool_calls[0].function.arguments")

@@ -53,6 +53,7 @@ pub async fn health_generate(state: web::Data<AppState>) -> Result<HttpResponse,
         operation: Operation::TextCompletion,
         arrival: Instant::now(),
         trace: None,
+        lora: None,
     };
     state
         .engine

@@ -17,38 +17,26 @@ use crate::api::errors::ApiError;
 use crate::api::json_body::JsonBody;
 use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
 use crate::api::pipeline::Endpoint;
-use crate::api::prompt::{ParamNames, check_prompt, fit_to_context};
+use crate::api::validation::{Body, validate};
 
-/// The body's prompts as token ids, each with its fitted `max_tokens`.
-async fn render<E: Endpoint>(state: &AppState, request: E::Request) -> Result<Vec<Value>, ApiError> {
-    state.check_model(E::requested_model(&request))?;
-    let params = E::sampling_params(&request)?;
-    E::check_served(&request, &state.model)?;
-    let names = ParamNames {
-        prompt: E::PROMPT_PARAM,
-        max_tokens: E::max_tokens_param(&request),
-    };
-    let prompts = E::prompts(request, &state.model).await?;
-    let model = &state.model;
+/// The body's prompts as token ids, each with its fitted `max_tokens`: the request goes
+/// through the same validation step as a generation request, so what renders is what runs.
+async fn render<E: Endpoint>(req: &HttpRequest, state: &AppState, request: E::Request) -> Result<Vec<Value>, ApiError> {
+    dp_rank::check(req, request.common().data_parallel_rank)?;
+    let valid = validate(state, request).await?;
     let id = uuid::Uuid::new_v4().simple().to_string();
-    prompts
-        .into_iter()
-        .enumerate()
-        .map(|(i, ids)| {
-            check_prompt(&ids, model.token_id_bound, E::PROMPT_PARAM)?;
-            let mut fitted = params.clone();
-            fit_to_context(ids.len(), &mut fitted, model.max_model_len, names)?;
-            Ok(json!({
-                "request_id": format!("{}-{id}-{i}", E::ID_PREFIX),
-                "model": model.name,
-                "token_ids": ids,
-                "sampling_params": { "max_tokens": fitted.max_tokens, "n": fitted.n },
-                "stream": false,
-                "features": Value::Null,
-                "cache_salt": Value::Null,
-            }))
+    let rendered = valid.prompts.into_iter().enumerate().map(|(i, prompt)| {
+        json!({
+            "request_id": format!("{}-{id}-{i}", E::ID_PREFIX),
+            "model": valid.model,
+            "token_ids": prompt.token_ids,
+            "sampling_params": { "max_tokens": prompt.params.max_tokens, "n": prompt.params.n },
+            "stream": false,
+            "features": Value::Null,
+            "cache_salt": Value::Null,
         })
-        .collect()
+    });
+    Ok(rendered.collect())
 }
 
 pub async fn render_completion(
@@ -56,8 +44,7 @@ pub async fn render_completion(
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    dp_rank::check(&req, body.data_parallel_rank)?;
-    Ok(HttpResponse::Ok().json(render::<Completions>(&state, body).await?))
+    Ok(HttpResponse::Ok().json(render::<Completions>(&req, &state, body).await?))
 }
 
 pub async fn render_chat(
@@ -65,7 +52,6 @@ pub async fn render_chat(
     state: web::Data<AppState>,
     JsonBody(body): JsonBody<ChatCompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    dp_rank::check(&req, body.data_parallel_rank)?;
-    let mut rendered = render::<Chat>(&state, body).await?;
+    let mut rendered = render::<Chat>(&req, &state, body).await?;
     Ok(HttpResponse::Ok().json(rendered.pop().unwrap_or(Value::Null)))
 }

@@ -189,7 +189,10 @@ mod tests {
             let two = hasher.hash(hasher.first_parent(Some(2)), &tokens);
             assert_eq!(base, hasher.hash(None, &tokens));
             assert!(base != one && one != two && base != two);
-            assert_eq!(hasher.hash_all(&tokens, 2, Some(1))[0], hasher.hash(hasher.first_parent(Some(1)), &[1, 2]));
+            assert_eq!(
+                hasher.hash_all(&tokens, 2, Some(1))[0],
+                hasher.hash(hasher.first_parent(Some(1)), &[1, 2])
+            );
         }
     }
 

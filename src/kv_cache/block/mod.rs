@@ -419,13 +419,7 @@ impl BlockManager {
     /// [`Self::cache_full_blocks`] for a chain computed under a LoRA adapter, whose first block
     /// hangs off the adapter's root. KV events
     /// still name no parent for the first block, as vLLM's do.
-    pub fn cache_full_blocks_under(
-        &mut self,
-        id: &RequestId,
-        lora: Option<u32>,
-        tokens: &[u32],
-        num_computed: usize,
-    ) {
+    pub fn cache_full_blocks_under(&mut self, id: &RequestId, lora: Option<u32>, tokens: &[u32], num_computed: usize) {
         let root = self.hasher.first_parent(lora);
         if !self.enable_prefix_caching {
             return;

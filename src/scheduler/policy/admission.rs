@@ -114,9 +114,9 @@ impl Scheduler {
             let request = &mut self.waiting[index];
             if request.num_computed == 0 && self.config.enable_prefix_caching && request.params.reads_prefix_cache() {
                 let tokens = request.tokens(0, request.total_len());
-                request.num_computed =
-                    self.blocks
-                        .allocate_cached_prefix_under(&request.id, request.lora, &tokens);
+                request.num_computed = self
+                    .blocks
+                    .allocate_cached_prefix_under(&request.id, request.lora, &tokens);
             }
             let remaining = request.total_len() - request.num_computed;
             if !budget.may_admit(request.total_len(), long_prefilling) {

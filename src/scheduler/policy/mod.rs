@@ -13,11 +13,11 @@ use crate::engine::messages::AbortReason;
 use crate::engine::step::{ModelOutput, PENDING_TOKEN, ScheduledSequence, SchedulerOutput};
 use crate::engine::timeline::RequestEventKind;
 use crate::engine::types::{FinishReason, RequestId};
+use crate::kv_cache::block::hash::BlockHasher;
 use crate::kv_cache::block::{BlockManager, BlockManagerConfig};
 use crate::scheduler::step::budget::StepBudget;
 pub use crate::scheduler::step::budget::StepSharing;
 use crate::scheduler::step::time::{StepShape, StepTimeModel};
-use crate::kv_cache::block::hash::BlockHasher;
 use crate::stats::data::{FinishedRequestStats, IterationStats, Observation, SchedulerStats};
 use crate::stats::step_cost::StepCostModel;
 
@@ -392,12 +392,8 @@ impl Scheduler {
             let bs = self.config.block_size;
             if self.config.enable_prefix_caching && request.num_computed / bs > start / bs {
                 let tokens = request.tokens(0, request.num_computed);
-                self.blocks.cache_full_blocks_under(
-                    &request.id,
-                    request.lora,
-                    &tokens,
-                    request.num_computed,
-                );
+                self.blocks
+                    .cache_full_blocks_under(&request.id, request.lora, &tokens, request.num_computed);
             }
             if start < prompt_len && request.prompt_computed() {
                 self.fork_into_waiting_siblings(index);

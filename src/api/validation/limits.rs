@@ -3,7 +3,7 @@
 //! tokenisation, so an oversized body costs almost nothing; and, once the prompt is
 //! tokenised, how many prompt logprobs. Each refusal names its parameter.
 
-use super::errors::ApiError;
+use crate::api::errors::ApiError;
 use crate::config::LimitsConfig;
 use crate::engine::sampling_params::SamplingParams;
 
