@@ -59,7 +59,6 @@ mod token_load;
 mod tokenizer_vocabs;
 mod tool_calling;
 mod traces;
-mod traces_collector;
 mod vllm_block_hashes;
 mod vllm_compat;
 mod vllm_dashboards;
