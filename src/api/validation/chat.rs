@@ -11,6 +11,7 @@ use super::tools::ToolChoicePlan;
 use super::{Body, Checked, Delivery};
 use crate::api::errors::ApiError;
 use crate::api::openai_types::ChatCompletionRequest;
+use crate::api::openai_types::CommonFields;
 use crate::api::prompt::PromptSource;
 use crate::api::tool_calls::{ToolCallParser, ToolOutput, tools_bytes};
 

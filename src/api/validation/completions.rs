@@ -9,6 +9,7 @@ use super::prompt::{ParamNames, check_prompt_input};
 use super::sampling::{EndpointKnobs, sampling_params};
 use super::{Body, Checked, Delivery};
 use crate::api::errors::ApiError;
+use crate::api::openai_types::CommonFields;
 use crate::api::openai_types::{CompletionRequest, PromptInput};
 use crate::api::prompt::PromptSource;
 use crate::api::tool_calls::ToolCallParser;

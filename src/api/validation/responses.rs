@@ -6,6 +6,7 @@
 use super::prompt::ParamNames;
 use super::{Body, Checked, Delivery};
 use crate::api::errors::ApiError;
+use crate::api::openai_types::CommonFields;
 use crate::api::responses::{Echo, ResponsesRequest};
 use crate::api::sse::UsageChunks;
 use crate::api::tool_calls::{ToolCallParser, ToolOutput};
