@@ -79,6 +79,7 @@ mod tests {
             id: "cmpl-x",
             operation: Operation::TextCompletion,
             arrival: Instant::now(),
+            lora: None,
         }
     }
 

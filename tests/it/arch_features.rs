@@ -232,7 +232,7 @@ fn a_kv_event_subscriber_rebuilds_the_prefix_cache_on_every_architecture() {
             c.engine.num_gpu_blocks_override = 40; // 160 tokens: the long prompts evict
             c.engine.max_model_len = 128;
             c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
-            c.engine.prefix_caching_hash_algo = Some(kiln::config::PrefixCachingHashAlgo::Kiln);
+            c.engine.prefix_caching_hash_algo = kiln::config::PrefixCachingHashAlgo::Kiln;
         });
         let shared = tokens(0, 20);
         for i in 0..3 {

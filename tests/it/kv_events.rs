@@ -167,7 +167,7 @@ fn a_subscriber_decoding_like_llm_d_rebuilds_the_prefix_cache_after_a_mixed_work
         c.engine.num_gpu_blocks_override = 48; // 192 tokens: long prompts evict
         c.engine.max_model_len = 128;
         c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
-        c.engine.prefix_caching_hash_algo = Some(PrefixCachingHashAlgo::Kiln);
+        c.engine.prefix_caching_hash_algo = PrefixCachingHashAlgo::Kiln;
     });
 
     // Shared prefixes: hits, and stores of the differing tails and the generated tokens.
@@ -243,7 +243,7 @@ fn an_executor_restart_publishes_all_blocks_cleared_and_kiln_binds_where_vllm_wo
                 &format!("tcp://*:{pub_port}"),
                 &format!("tcp://127.0.0.1:{replay_port}"),
             );
-            c.engine.prefix_caching_hash_algo = Some(PrefixCachingHashAlgo::Kiln);
+            c.engine.prefix_caching_hash_algo = PrefixCachingHashAlgo::Kiln;
         },
     );
     let mut subscriber = Subscriber::start(
@@ -281,7 +281,7 @@ fn swap_pressure_shows_the_host_tier_in_events_and_counts_its_traffic() {
         c.engine.num_gpu_blocks_override = 16;
         c.engine.preemption_mode = kiln::config::PreemptionMode::Swap;
         c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
-        c.engine.prefix_caching_hash_algo = Some(PrefixCachingHashAlgo::Kiln);
+        c.engine.prefix_caching_hash_algo = PrefixCachingHashAlgo::Kiln;
     });
     std::thread::scope(|s| {
         for i in 0..6u32 {

@@ -185,6 +185,6 @@ fn chat_response_and_models_shape() {
     assert_eq!(
         models,
         json!({"object": "list", "data": [{"id": "m", "object": "model", "created": 9,
-               "owned_by": "kiln", "max_model_len": 4096}]})
+               "owned_by": "kiln", "root": "m", "parent": null, "max_model_len": 4096}]})
     );
 }

@@ -311,7 +311,15 @@ fn refs(value: &Value, out: &mut Vec<String>) {
 
 #[test]
 fn request_bodies_are_flat_objects_with_their_shared_field_groups() {
-    const COMMON: [&str; 6] = ["model", "stream", "temperature", "top_p", "seed", "user"];
+    const COMMON: [&str; 7] = [
+        "model",
+        "stream",
+        "temperature",
+        "top_p",
+        "seed",
+        "user",
+        "data_parallel_rank",
+    ];
     const SAMPLING: [&str; 12] = [
         "n",
         "stream_options",
