@@ -10,6 +10,9 @@ use super::config::AdapterConfig;
 use super::{LayerLora, LoraAdapter, LoraDelta, LoraError, Target};
 use crate::model::config::ModelConfig;
 
+/// A tensor as read: its shape and its values widened to f32.
+type ShapedValues = (Vec<usize>, Vec<f32>);
+
 /// Where a PEFT module lands: the fused projection, the first output column it writes, its
 /// output and input widths.
 fn placement(module: &str, c: &ModelConfig) -> Option<(Target, usize, usize, usize)> {
@@ -73,8 +76,8 @@ pub fn load_adapter(
         source,
     })?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| invalid(e.to_string()))?;
-    // (layer, module) → (A, B), each (shape, values).
-    let mut pairs: BTreeMap<(usize, String), [Option<(Vec<usize>, Vec<f32>)>; 2]> = BTreeMap::new();
+    // (layer, module) → [A, B].
+    let mut pairs: BTreeMap<(usize, String), [Option<ShapedValues>; 2]> = BTreeMap::new();
     for (key, view) in st.tensors() {
         let Some((layer, module, is_a)) = parse_key(&key) else {
             return Err(LoraError::Unsupported {
