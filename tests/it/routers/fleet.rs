@@ -252,3 +252,51 @@ pub fn survives_a_replica_killed_mid_traffic(fleet: &mut Fleet, router: &Router)
     );
     errors
 }
+
+/// The flags both routers take after their own leading ones (`leading`): the replicas, the
+/// policy, a Prometheus port of their own and health checks every second.
+pub fn router_args(leading: &[&str], fleet: &Fleet, policy: &str) -> Vec<String> {
+    let mut args: Vec<String> = leading.iter().map(|a| (*a).to_string()).collect();
+    args.push("--worker-urls".into());
+    args.extend(fleet.urls());
+    for (flag, value) in [
+        ("--policy", policy),
+        ("--prometheus-port", &free_port().to_string()),
+        ("--worker-startup-check-interval", "1"),
+        ("--health-check-interval-secs", "1"),
+        ("--health-success-threshold", "1"),
+    ] {
+        args.extend([flag.to_string(), value.to_string()]);
+    }
+    args
+}
+
+/// Drives the router `start` launches through each policy (`consistent_hashing` is the
+/// router's own name for that policy), then kills a replica under round robin, so that the
+/// killed replica is sure to have requests in flight.
+pub fn every_policy(name: &str, consistent_hashing: &str, start: impl Fn(&Fleet, &str) -> Router) {
+    let mut fleet = Fleet::start(2);
+    {
+        let router = start(&fleet, "round_robin");
+        serves_the_openai_client(&router, 4);
+        requests_spread(&fleet, &router, 8, 4.0);
+    }
+    {
+        let router = start(&fleet, "power_of_two");
+        serves_the_openai_client(&router, 4);
+        requests_spread(&fleet, &router, 12, 1.0);
+    }
+    {
+        let router = start(&fleet, consistent_hashing);
+        serves_the_openai_client(&router, 4);
+        consistent_hashing_keeps_a_session_on_one_replica(&fleet, &router);
+    }
+    {
+        let router = start(&fleet, "cache_aware");
+        serves_the_openai_client(&router, 4);
+        a_repeated_prefix_lands_where_it_is_cached(&fleet, &router);
+    }
+    let router = start(&fleet, "round_robin");
+    let errors = survives_a_replica_killed_mid_traffic(&mut fleet, &router);
+    eprintln!("{name}: {errors} client errors of 40 with a replica killed mid-traffic");
+}
