@@ -462,3 +462,59 @@ fn gpu_kit_exports_the_tokenizer_and_shapes_and_benches() {
         "{report}"
     );
 }
+
+/// `bench_fleet` as a user runs it, shortened: fresh replicas for each mode, every request
+/// answered, the fleet's hit rate and TTFT quantiles read from the replicas, each request
+/// counted on the replica that served it.
+#[test]
+#[ignore = "needs vllm-router (KILN_TEST_VLLM_ROUTER); .ci/run provides it"]
+fn bench_fleet_measures_one_replica_and_the_router_policies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = kiln::testing::TinyModelSpec {
+        context: 4096,
+        ..Default::default()
+    };
+    let gguf = kiln::testing::write_tiny_model(dir.path(), spec).expect("tiny model");
+    let json_path = dir.path().join("fleet.json");
+    let stdout = run(Command::new(example("bench_fleet")).args([
+        "--model".as_ref(),
+        gguf.as_os_str(),
+        "--router".as_ref(),
+        crate::common::tool("KILN_TEST_VLLM_ROUTER").as_ref(),
+        "--kiln".as_ref(),
+        env!("CARGO_BIN_EXE_kiln").as_ref(),
+        "--sessions".as_ref(),
+        "4".as_ref(),
+        "--turns".as_ref(),
+        "3".as_ref(),
+        "--concurrency".as_ref(),
+        "2".as_ref(),
+        "--modes".as_ref(),
+        "single,round_robin,cache_aware".as_ref(),
+        "--output-json".as_ref(),
+        json_path.as_os_str(),
+    ]));
+    assert!(stdout.contains("| cache_aware | 2 | 12/12 |"), "{stdout}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("json");
+    assert!(report["cpu"]["threads"].as_u64().is_some_and(|t| t > 0), "{report}");
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{report}");
+    for row in rows {
+        assert_eq!(row["ok"], 12, "{row}");
+        let served: f64 = row["served_per_replica"]
+            .as_array()
+            .expect("served")
+            .iter()
+            .filter_map(Value::as_f64)
+            .sum();
+        assert_eq!(served, 12.0, "{row}");
+        let rate = row["fleet_hit_rate"].as_f64().expect("hit rate");
+        // Turns after the first resend the conversation: some of every prompt is cached.
+        assert!(rate > 0.0 && rate <= 1.0, "{row}");
+        let (p50, p99) = (
+            row["kiln_ttft_p50_s"].as_f64().expect("p50"),
+            row["kiln_ttft_p99_s"].as_f64().expect("p99"),
+        );
+        assert!(p50 > 0.0 && p50 <= p99, "{row}");
+    }
+}

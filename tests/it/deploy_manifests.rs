@@ -1,5 +1,5 @@
 //! `deploy/kubernetes/` validated offline (tests/kubernetes/validate_manifests.py): core kinds
-//! with `kubernetes-validate --strict`, PodMonitor and ScaledObject with the npm packages'
+//! (the router's ServiceAccount, Role and RoleBinding included) with `kubernetes-validate --strict`, PodMonitor and ScaledObject with the npm packages'
 //! CRD validators under Node, InferencePool against the Gateway API Inference Extension's
 //! CRD, and the Deployment's drain timing against kiln's own. Broken copies must fail, so
 //! the validators are shown to bite. `.ci/run` sets `KILN_TEST_PYTHON` (a venv with
@@ -13,8 +13,9 @@ use kiln::lifecycle::ABORT_FLUSH;
 
 use crate::common::tool;
 
-const MANIFESTS: [&str; 6] = [
+const MANIFESTS: [&str; 7] = [
     "deployment.yaml",
+    "router.yaml",
     "service.yaml",
     "poddisruptionbudget.yaml",
     "podmonitor.yaml",
@@ -70,6 +71,12 @@ fn the_kubernetes_manifests_validate_strictly_offline() {
         "PodMonitor kiln",
         "ScaledObject kiln",
         "InferencePool kiln",
+        "ServiceAccount kiln-router",
+        "Role kiln-router",
+        "RoleBinding kiln-router",
+        "Deployment kiln-router",
+        "Service kiln-router",
+        "PodMonitor kiln-router",
     ] {
         assert!(
             out.lines().any(|l| l.starts_with("ok ") && l.ends_with(kind)),
@@ -139,6 +146,54 @@ fn each_validator_rejects_a_broken_manifest() {
     ];
     for (path, expected) in cases {
         let (ok, out) = validate(std::slice::from_ref(&path));
+        assert!(!ok, "{} passed:\n{out}", path.display());
+        assert!(
+            out.lines().any(|l| l.starts_with("FAIL") && l.contains(expected)),
+            "{} failed without naming {expected:?}:\n{out}",
+            path.display()
+        );
+    }
+    // The router is checked against kiln's Deployment, so each broken copy goes with it.
+    let router_cases = [
+        (
+            broken(d, "router.yaml", "serviceAccountName:", "serviceAccountNames:"),
+            "serviceAccountNames",
+        ),
+        (
+            broken(
+                d,
+                "router.yaml",
+                "app.kubernetes.io/name=kiln\n",
+                "app.kubernetes.io/name=kilns\n",
+            ),
+            "does not select kiln's pods",
+        ),
+        (
+            broken(
+                d,
+                "router.yaml",
+                "--service-discovery-port=8000",
+                "--service-discovery-port=80",
+            ),
+            "not kiln's http port",
+        ),
+        (
+            broken(d, "router.yaml", "path: /readiness", "path: /health"),
+            "readiness probe is not GET /readiness",
+        ),
+        (
+            broken(
+                d,
+                "router.yaml",
+                r#"verbs: ["get", "list", "watch"]"#,
+                r#"verbs: ["get", "list", "watch", "delete"]"#,
+            ),
+            "are not read-only pods",
+        ),
+    ];
+    let kiln = repo().join("deploy/kubernetes/deployment.yaml");
+    for (path, expected) in router_cases {
+        let (ok, out) = validate(&[kiln.clone(), path.clone()]);
         assert!(!ok, "{} passed:\n{out}", path.display());
         assert!(
             out.lines().any(|l| l.starts_with("FAIL") && l.contains(expected)),

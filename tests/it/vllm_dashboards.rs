@@ -41,7 +41,7 @@ const MODEL: &str = "tiny-llama";
 const WINDOW: &str = "2m";
 
 /// Why a panel is out of scope, or `None` when it must return data.
-fn exclusion(expr: &str) -> Option<&'static str> {
+pub(crate) fn exclusion(expr: &str) -> Option<&'static str> {
     OUT_OF_SCOPE
         .iter()
         .find(|(family, _)| expr.contains(family))
@@ -51,10 +51,15 @@ fn exclusion(expr: &str) -> Option<&'static str> {
 /// Fills the dashboards' variables as Grafana does with "All" selected for the multi-value
 /// ones (`=~"$var"` → `.*`) and the one value for `="$var"`.
 fn fill_variables(expr: &str, instance: &str) -> String {
+    fill_variables_for(expr, MODEL, instance)
+}
+
+/// [`fill_variables`] for the model `model`.
+pub(crate) fn fill_variables_for(expr: &str, model: &str, instance: &str) -> String {
     let mut out = expr.to_owned();
     for (var, value) in [
         ("job", "kiln"),
-        ("model_name", MODEL),
+        ("model_name", model),
         ("instance", instance),
         ("engine", "0"),
         ("ttft_slo", "1.0"),
@@ -146,13 +151,18 @@ fn aborted_request(t: &Tiny) -> usize {
     1
 }
 
-#[test]
-#[ignore = "needs the prometheus server (KILN_TEST_PROMETHEUS) and the shared folder; .ci/run provides both"]
-fn every_in_scope_panel_of_vllms_dashboards_returns_data() {
+/// The panels of `vllm-dashboards/panel-queries.json` (shared folder), each with its `expr`.
+pub(crate) fn panels() -> Vec<Value> {
     let path = kiln::testing::real_model::shared_dir().join("vllm-dashboards/panel-queries.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let panels: Value = serde_json::from_str(&text).expect("panel-queries.json");
-    let panels = panels["panels"].as_array().expect("panels");
+    panels["panels"].as_array().expect("panels").clone()
+}
+
+#[test]
+#[ignore = "needs the prometheus server (KILN_TEST_PROMETHEUS) and the shared folder; .ci/run provides both"]
+fn every_in_scope_panel_of_vllms_dashboards_returns_data() {
+    let panels = panels();
 
     // The exclusions, panel by panel: exactly the panels reading an out-of-scope family.
     let excluded: Vec<usize> = (0..panels.len())

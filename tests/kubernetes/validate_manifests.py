@@ -6,6 +6,9 @@
   (tests/kubernetes/validate_custom_resources.mjs, vendored under tests/data/npm).
 - InferencePool: the Gateway API Inference Extension's CRD (tests/data/...), its v1
   openAPIV3Schema with unknown fields rejected, plus the CRD's two CEL rules.
+- The router's Deployment (router.yaml, vllm-router): discovers the pods of kiln's Deployment
+  (its selector and port), reads /get_load through a load policy, and is probed on the
+  router's own /liveness and /readiness; its Role grants reading pods and no more.
 - The Deployment against kiln's drain: terminationGracePeriodSeconds covers preStop, the
   grace period and kiln's flush; readiness on /ready, liveness on /live (/health is 503 while
   the model loads, so a liveness probe on it would kill a pod with a large model), startup on
@@ -30,7 +33,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 CRD = HERE.parent / "data" / "gateway-api-inference-extension" / "inference.networking.k8s.io_inferencepools.yaml"
 NODE_VALIDATOR = HERE / "validate_custom_resources.mjs"
 KUBERNETES_VERSION = "1.37.0"
-CORE_KINDS = {("apps/v1", "Deployment"), ("v1", "Service"), ("policy/v1", "PodDisruptionBudget")}
+CORE_KINDS = {
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+}
 NODE_KINDS = {("monitoring.coreos.com/v1", "PodMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
 # The CEL rules of the CRD, checked by hand below; a CRD with other rules fails the run so a
 # new rule is never silently skipped.
@@ -125,6 +135,41 @@ def drain_errors(doc, grace_s, flush_s):
     return errors
 
 
+def router_errors(doc, kiln):
+    """vllm-router's Deployment against kiln's: it discovers kiln's pods on kiln's port."""
+    errors = []
+    pod = doc["spec"]["template"]["spec"]
+    (router,) = [c for c in pod["containers"] if c["name"] == "router"]
+    args = router.get("args", [])
+    if "--service-discovery" not in args:
+        errors.append("the router does not discover the replicas (--service-discovery)")
+    at = args.index("--selector") + 1 if "--selector" in args else len(args)
+    selector = dict(a.split("=", 1) for a in args[at:] if not a.startswith("--"))
+    if kiln is None:
+        errors.append("no kiln Deployment among the files to check the router against")
+    else:
+        labels = kiln["spec"]["template"]["metadata"]["labels"]
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            errors.append(f"--selector {selector} does not select kiln's pods {labels}")
+        (server,) = [c for c in kiln["spec"]["template"]["spec"]["containers"] if c["name"] == "kiln"]
+        http = next(p["containerPort"] for p in server["ports"] if p["name"] == "http")
+        if f"--service-discovery-port={http}" not in args:
+            errors.append(f"--service-discovery-port is not kiln's http port {http}")
+    if router.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/liveness":
+        errors.append("the router's liveness probe is not GET /liveness")
+    if router.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readiness":
+        errors.append("the router's readiness probe is not GET /readiness")
+    if pod.get("serviceAccountName") is None:
+        errors.append("the router has no service account to watch pods with")
+    return errors
+
+
+def role_errors(doc):
+    """Service discovery reads pods; the Role grants that and nothing more."""
+    wanted = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    return [] if doc.get("rules") == wanted else [f"rules {doc.get('rules')} are not read-only pods"]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--node", required=True)
@@ -135,31 +180,48 @@ def main():
 
     failed = 0
     node_docs = []
-    for path in args.files:
-        for doc in yaml.safe_load_all(pathlib.Path(path).read_text()):
-            if doc is None:
-                continue
-            key = (doc.get("apiVersion"), doc.get("kind"))
-            name = f"{path}: {key[1]} {doc.get('metadata', {}).get('name')}"
-            if key in NODE_KINDS:
-                node_docs.append(doc)
-                continue
-            if key in CORE_KINDS:
-                try:
-                    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-                    errors = []
-                except kubernetes_validate.ValidationError as e:
-                    errors = [str(e.message)]
-                if key[1] == "Deployment" and not errors:
-                    errors = drain_errors(doc, args.grace_s, args.flush_s)
-            elif key == ("inference.networking.k8s.io/v1", "InferencePool"):
-                errors = inference_pool_errors(doc)
-            else:
-                errors = ["no schema for this kind"]
-            for error in errors:
-                print(f"FAIL {name}: {error}")
-            print(f"{'FAIL' if errors else 'ok'} {name}")
-            failed += bool(errors)
+    docs = [
+        (path, doc)
+        for path in args.files
+        for doc in yaml.safe_load_all(pathlib.Path(path).read_text())
+        if doc is not None
+    ]
+    kiln = next(
+        (
+            doc
+            for _, doc in docs
+            if doc.get("kind") == "Deployment"
+            and any(c["name"] == "kiln" for c in doc["spec"]["template"]["spec"]["containers"])
+        ),
+        None,
+    )
+    for path, doc in docs:
+        key = (doc.get("apiVersion"), doc.get("kind"))
+        name = f"{path}: {key[1]} {doc.get('metadata', {}).get('name')}"
+        if key in NODE_KINDS:
+            node_docs.append(doc)
+            continue
+        if key in CORE_KINDS:
+            try:
+                kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+                errors = []
+            except kubernetes_validate.ValidationError as e:
+                errors = [str(e.message)]
+            containers = doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+            if key[1] == "Deployment" and not errors and any(c["name"] == "router" for c in containers):
+                errors = router_errors(doc, kiln)
+            elif key[1] == "Deployment" and not errors:
+                errors = drain_errors(doc, args.grace_s, args.flush_s)
+            elif key[1] == "Role" and not errors:
+                errors = role_errors(doc)
+        elif key == ("inference.networking.k8s.io/v1", "InferencePool"):
+            errors = inference_pool_errors(doc)
+        else:
+            errors = ["no schema for this kind"]
+        for error in errors:
+            print(f"FAIL {name}: {error}")
+        print(f"{'FAIL' if errors else 'ok'} {name}")
+        failed += bool(errors)
     if node_docs:
         lines = "".join(json.dumps(d) + "\n" for d in node_docs)
         run = subprocess.run([args.node, str(NODE_VALIDATOR)], input=lines, text=True, capture_output=True)

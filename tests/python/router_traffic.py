@@ -8,11 +8,15 @@ Usage: router_traffic.py BASE_URL MODE [ARGS...] prints one JSON line.
                         N completions, CONCURRENCY at a time, each with `user`,
                         X-Session-ID and X-SMG-Routing-Key = SESSION when given and a prompt starting with PREFIX;
                         prints how many succeeded and each error's class and status.
+  ttft N STEP           N streamed completions one at a time, the i-th prompt about
+                        1 + STEP * i words long; prints each one's time to its first chunk
+                        as the client saw it, in seconds.
 """
 
 import concurrent.futures
 import json
 import sys
+import time
 
 import openai
 from openai import OpenAI
@@ -72,6 +76,22 @@ def burst(base_url, n, concurrency, session, prefix):
     return {"ok": n - len(errors), "errors": errors}
 
 
+def ttft(base_url, n, step):
+    c = client(base_url)
+    model = c.models.list().data[0].id
+    ttfts = []
+    for i in range(n):
+        prompt = f"Request {i}: " + " ".join(["word"] * (1 + step * i))
+        started = time.perf_counter()
+        first = None
+        for _ in c.completions.create(model=model, prompt=prompt, max_tokens=4, stream=True,
+                                      extra_body={"ignore_eos": True}):
+            if first is None:
+                first = time.perf_counter() - started
+        ttfts.append(first)
+    return {"ttfts": ttfts}
+
+
 def main():
     base_url, mode = sys.argv[1], sys.argv[2]
     if mode == "check":
@@ -81,6 +101,8 @@ def main():
         session = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] != "-" else None
         prefix = sys.argv[6] if len(sys.argv) > 6 else "Tell me a story"
         out = burst(base_url, n, concurrency, session, prefix)
+    elif mode == "ttft":
+        out = ttft(base_url, int(sys.argv[3]), int(sys.argv[4]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     print(json.dumps(out), flush=True)

@@ -35,17 +35,28 @@ impl PrometheusServer {
         Self::launch(job, targets, "", &["--enable-feature=native-histograms"])
     }
 
+    /// Scrapes several jobs (name, targets) every second; `native` turns native histograms on.
+    pub fn start_jobs(jobs: &[(&str, &[String])], native: bool) -> Self {
+        let configs: Vec<String> = jobs.iter().map(|(job, targets)| job_config(job, targets, "")).collect();
+        let extra: &[&str] = if native {
+            &["--enable-feature=native-histograms"]
+        } else {
+            &[]
+        };
+        Self::spawn(&configs.concat(), extra)
+    }
+
     fn launch(job: &str, targets: &[String], job_settings: &str, extra_args: &[&str]) -> Self {
+        Self::spawn(&job_config(job, targets, job_settings), extra_args)
+    }
+
+    fn spawn(scrape_configs: &str, extra_args: &[&str]) -> Self {
         let binary = super::tool("KILN_TEST_PROMETHEUS");
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("prometheus.yml");
-        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         std::fs::write(
             &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: {job}\n{job_settings}    static_configs:\n      - targets: [{}]\n",
-                targets.join(", ")
-            ),
+            format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"),
         )
         .expect("config");
         let port = super::process::free_port();
@@ -122,6 +133,15 @@ impl PrometheusServer {
         }
         out
     }
+}
+
+/// One entry of `scrape_configs`.
+fn job_config(job: &str, targets: &[String], job_settings: &str) -> String {
+    let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    format!(
+        "  - job_name: {job}\n{job_settings}    static_configs:\n      - targets: [{}]\n",
+        targets.join(", ")
+    )
 }
 
 impl Drop for PrometheusServer {

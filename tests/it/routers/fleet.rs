@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::load_aware::the_load_reading_policy_prefers_the_less_loaded_replica;
 use crate::common::process::{KilnProcess, Launch, free_port};
 use crate::common::tool;
 use crate::common::wait::{wait_for, wait_for_within};
@@ -19,8 +20,10 @@ pub const SHARED_PREFIX: &str = "You are a careful assistant for a library. The 
 pub struct Fleet {
     pub replicas: Vec<Option<KilnProcess>>,
     pub ports: Vec<u16>,
+    launch: fn(u16) -> KilnProcess,
 }
 
+/// A replica on the tiny model, on `port`.
 fn launch(port: u16) -> KilnProcess {
     let mut launch = Launch::default().arg("--max-num-seqs", "8");
     launch.port = Some(port);
@@ -29,9 +32,18 @@ fn launch(port: u16) -> KilnProcess {
 
 impl Fleet {
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, launch)
+    }
+
+    /// `n` replicas, each started by `launch` on its port (and restarted by it).
+    pub fn start_with(n: usize, launch: fn(u16) -> KilnProcess) -> Self {
         let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let replicas = ports.iter().map(|&p| Some(launch(p))).collect();
-        Self { replicas, ports }
+        Self {
+            replicas,
+            ports,
+            launch,
+        }
     }
 
     pub fn urls(&self) -> Vec<String> {
@@ -44,7 +56,7 @@ impl Fleet {
     }
 
     pub fn restart(&mut self, i: usize) {
-        self.replicas[i] = Some(launch(self.ports[i]));
+        self.replicas[i] = Some((self.launch)(self.ports[i]));
     }
 
     /// The replica's metrics text.
@@ -285,6 +297,7 @@ pub fn every_policy(name: &str, consistent_hashing: &str, start: impl Fn(&Fleet,
         let router = start(&fleet, "power_of_two");
         serves_the_openai_client(&router, 4);
         requests_spread(&fleet, &router, 12, 1.0);
+        the_load_reading_policy_prefers_the_less_loaded_replica(&fleet, &router);
     }
     {
         let router = start(&fleet, consistent_hashing);

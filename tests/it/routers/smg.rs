@@ -9,6 +9,9 @@ use crate::common::process::free_port;
 #[ignore = "needs smg and the openai client (KILN_TEST_SMG, KILN_TEST_PYTHON); .ci/run provides them"]
 fn smg_drives_two_kiln_replicas_with_every_policy() {
     every_policy("smg", "consistent_hashing", |fleet, policy| {
-        Router::start("KILN_TEST_SMG", &router_args(&["launch"], fleet, policy), free_port())
+        // Loads polled every second (its default is 10 s), as vllm-router polls `/get_load`.
+        let mut args = router_args(&["launch"], fleet, policy);
+        args.extend(["--load-monitor-interval".to_string(), "1".to_string()]);
+        Router::start("KILN_TEST_SMG", &args, free_port())
     });
 }
