@@ -214,8 +214,14 @@ fn push_provider(cfg: &TelemetryConfig, readers: Vec<Box<dyn MetricReader>>) -> 
         builder = builder.with_reader(BoxedReader(reader));
     }
     let provider = builder.build();
-    let instruments = Arc::new(instruments_on(&provider, cfg));
-    PushTelemetry { provider, instruments }
+    let instruments = instruments_on(&provider, cfg);
+    // `/metrics` reads the main set's store; this copy's native buckets and exemplars would
+    // be a record nobody reads.
+    instruments.exemplar_store.stop_recording();
+    PushTelemetry {
+        provider,
+        instruments: Arc::new(instruments),
+    }
 }
 
 /// The instruments on `provider`'s meter, every series created at its start value.

@@ -125,6 +125,9 @@ pub mod kiln {
     pub const UNCACHED_TOKENS_WAITING: Spec = spec("kiln_uncached_tokens_waiting", "{token}", "Of the waiting tokens, those the prefix cache would not cover if admitted now.");
     pub const STEP_DURATION: Spec = spec("kiln_step_duration", "s", "Wall time the executor spent on one engine step (forward pass and sampling).");
     pub const OTLP_METRIC_EXPORTS: Spec = spec("kiln_otlp_metric_exports", "{export}", "OTLP metric exports (pushes to the collector), by result: success or failure.");
+    // The trace pipeline's export health (`span_exports.rs`), on the metrics side.
+    pub const OTLP_SPAN_EXPORTS: Spec = spec("kiln_otlp_span_exports", "{export}", "OTLP span export calls (one per batch), by result.");
+    pub const OTLP_SPANS_DROPPED: Spec = spec("kiln_otlp_spans_dropped", "{span}", "Spans dropped because the bounded span export queue was full.");
 }
 
 /// GenAI semantic-convention instruments (no prefix).

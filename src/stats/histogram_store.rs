@@ -3,16 +3,36 @@
 //! The OpenTelemetry SDK (0.33) records no exemplars and the `prometheus` crate knows no native
 //! histograms, so the stats actor records every observation here too ([`LatencyHistogram`]),
 //! and `/metrics` reads a snapshot: exemplars in OpenMetrics and protobuf, native buckets in
-//! protobuf. Memory is fixed by label cardinality: per series, one exemplar slot per bucket
+//! protobuf.
+//!
+//! Why this is a second record and not the only one (docs/09, "One record per fact"): the SDK
+//! cannot carry what this store keeps, and cannot take a histogram aggregated outside it.
+//! - Exemplars: its aggregators always export `exemplars: vec![]` (no reservoir in 0.33).
+//! - Native buckets at kiln's schema: its `Base2ExponentialHistogram` aggregation is chosen per
+//!   meter provider (views), not per reader, and `opentelemetry-prometheus` drops exponential
+//!   histograms, so one provider cannot serve both classic `/metrics` and exponential buckets.
+//! - Feeding it: 0.33 has no public `MetricProducer` (its `SdkProducer` is crate-private), no
+//!   observable histogram, and its data points (`HistogramDataPoint`, `ResourceMetrics`) have
+//!   crate-private fields and no constructors; the OTLP reader exports only what SDK
+//!   instruments recorded. Making this store the one record needs kiln's own OTLP encoding.
+//! - Every reader of a provider aggregates separately: one `record` on an instrument with the
+//!   Prometheus and an OTLP reader updates two aggregators.
+//!
+//! Custom bucket bounds are no limit: `with_boundaries` carries them per instrument.
+//!
+//! Recording finds a series by hashing the attributes as given (no allocation, no string
+//! building); the exposed key is built once per series. Memory is fixed by label cardinality: per series, one exemplar slot per bucket
 //! (overwritten by the next traced observation in it) and at most
 //! [`MAX_BUCKETS`](super::native_buckets::MAX_BUCKETS) native buckets.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::KeyValue;
 use opentelemetry::metrics::Histogram;
+use opentelemetry::{KeyValue, Value};
 use prometheus::proto::LabelPair;
 
 use super::initial_series::InitialSeries;
@@ -115,12 +135,52 @@ impl HistogramSnapshot {
     }
 }
 
-/// Shared between the stats actor (writes) and `/metrics` (snapshots).
+/// One series: its family, its exposed key and its state.
+#[derive(Debug)]
+struct RecordedSeries {
+    family: Arc<str>,
+    key: LabelKey,
+    state: SeriesState,
+}
+
+/// A way one series is recorded: its family and attributes in the caller's order (two orders
+/// of the same attributes are two aliases of one series).
+#[derive(Debug)]
+struct Alias {
+    family: Arc<str>,
+    attributes: Vec<KeyValue>,
+    slot: usize,
+}
+
+/// The store's state: every series once, and an index from the hash of (family, attributes
+/// as recorded) to the aliases with that hash. An observation finds its series by hashing and
+/// comparing the attributes it came with, without allocating; the exposed key (sanitized
+/// names, sorted) is built once per alias, not once per observation.
 #[derive(Debug, Default)]
+struct Inner {
+    series: Vec<RecordedSeries>,
+    index: HashMap<u64, Vec<Alias>>,
+}
+
+/// Shared between the stats actor (writes) and `/metrics` (snapshots).
+#[derive(Debug)]
 pub struct HistogramStore {
-    inner: Mutex<HistogramSnapshot>,
+    inner: Mutex<Inner>,
     /// The series exposed at zero before their first observation.
     initial: InitialSeries,
+    /// Off for a store nobody reads (the exponential push side's instruments, whose native
+    /// buckets and exemplars `/metrics` never shows): recording into it does nothing.
+    recording: AtomicBool,
+}
+
+impl Default for HistogramStore {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            initial: InitialSeries::default(),
+            recording: AtomicBool::new(true),
+        }
+    }
 }
 
 impl HistogramStore {
@@ -138,33 +198,64 @@ impl HistogramStore {
         &self.initial
     }
 
+    /// Makes every later `record` a no-op: for a store no reader snapshots.
+    pub(super) fn stop_recording(&self) {
+        self.recording.store(false, Ordering::Relaxed);
+    }
+
     /// Runs `f` on the state of `histogram`'s series with `labels`, created empty if new.
     fn series_mut(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], f: impl FnOnce(&mut SeriesState)) {
-        let mut key: LabelKey = labels
-            .iter()
-            .map(|kv| (sanitize(kv.key.as_str(), false), kv.value.as_str().into_owned()))
-            .collect();
-        key.sort();
+        let hash = series_hash(&histogram.family, labels);
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let series = inner
-            .families
-            .entry(histogram.family.clone())
-            .or_default()
-            .entry(key)
-            .or_insert_with(|| SeriesState {
-                exemplars: SeriesExemplars {
-                    bounds: histogram.bounds.clone(),
-                    slots: vec![None; histogram.bounds.len() + 1],
-                },
-                native: NativeBuckets::default(),
-            });
-        f(series);
+        let Inner { series, index } = &mut *inner;
+        let aliases = index.entry(hash).or_default();
+        let found = aliases
+            .iter()
+            .find(|a| *a.family == *histogram.family && a.attributes == labels)
+            .map(|a| a.slot);
+        let slot = match found {
+            Some(slot) => slot,
+            None => {
+                let mut key: LabelKey = labels
+                    .iter()
+                    .map(|kv| (sanitize(kv.key.as_str(), false), kv.value.as_str().into_owned()))
+                    .collect();
+                key.sort();
+                let existing = series
+                    .iter()
+                    .position(|s| *s.family == *histogram.family && s.key == key);
+                let slot = existing.unwrap_or_else(|| {
+                    series.push(RecordedSeries {
+                        family: histogram.family.clone(),
+                        key,
+                        state: SeriesState {
+                            exemplars: SeriesExemplars {
+                                bounds: histogram.bounds.clone(),
+                                slots: vec![None; histogram.bounds.len() + 1],
+                            },
+                            native: NativeBuckets::default(),
+                        },
+                    });
+                    series.len() - 1
+                });
+                aliases.push(Alias {
+                    family: histogram.family.clone(),
+                    attributes: labels.to_vec(),
+                    slot,
+                });
+                slot
+            }
+        };
+        f(&mut series[slot].state);
     }
 
     /// Adds `value` to the native buckets of `histogram`'s series with `labels` (the
     /// attributes the observation was recorded with) and, for a traced observation, makes it
     /// the exemplar of its classic bucket.
     pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: Option<TraceContext>) {
+        if !self.recording.load(Ordering::Relaxed) {
+            return;
+        }
         self.series_mut(histogram, labels, |series| Self::observe(series, value, trace));
     }
 
@@ -185,12 +276,40 @@ impl HistogramStore {
 
     /// A consistent copy for one `/metrics` answer.
     pub fn snapshot(&self) -> HistogramSnapshot {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut snapshot = HistogramSnapshot::default();
+        for s in &inner.series {
+            snapshot
+                .families
+                .entry(s.family.clone())
+                .or_default()
+                .insert(s.key.clone(), s.state.clone());
+        }
+        snapshot
     }
+}
+
+/// The index hash of one series as recorded: its family and its attributes in order. Values
+/// are hashed by variant without formatting (no allocation on the recording path).
+fn series_hash(family: &str, labels: &[KeyValue]) -> u64 {
+    let mut h = DefaultHasher::new();
+    family.hash(&mut h);
+    for kv in labels {
+        kv.key.as_str().hash(&mut h);
+        match &kv.value {
+            Value::Bool(b) => b.hash(&mut h),
+            Value::I64(i) => i.hash(&mut h),
+            Value::F64(f) => f.to_bits().hash(&mut h),
+            Value::String(s) => s.as_str().hash(&mut h),
+            other => other.as_str().hash(&mut h),
+        }
+    }
+    h.finish()
 }
 
 /// A latency histogram: one call records the observation in its classic buckets (the SDK),
 /// in its native buckets and, for a traced request, as its bucket's exemplar (the store).
+/// Two records of one fact, because the SDK cannot keep the second's part (module doc).
 pub struct LatencyHistogram {
     histogram: Histogram<f64>,
     exemplars: ExemplarHistogram,
@@ -288,6 +407,31 @@ mod tests {
         assert_eq!(series.for_bucket(f64::INFINITY).unwrap().value, 9.0);
         assert_eq!(series.for_bucket(3.0), None, "not a bound");
         assert!(snapshot.series("vllm:e2e_seconds", &[label("engine", "0")]).is_none());
+    }
+
+    #[test]
+    fn one_series_whatever_the_attribute_order_and_a_stopped_store_records_nothing() {
+        let store = HistogramStore::default();
+        let h = ExemplarHistogram::new("vllm:ttft", "s", vec![1.0]);
+        let (m, e) = (KeyValue::new("model_name", "m"), KeyValue::new("engine", "0"));
+        store.record(&h, &[m.clone(), e.clone()], 0.5, None);
+        store.record(&h, &[e.clone(), m.clone()], 0.7, Some(trace(5)));
+        store.record(&h, &[m.clone(), e.clone()], 2.0, None);
+        // Another value of a label is another series; an integer value is hashed as one.
+        store.record(&h, &[KeyValue::new("code", 200_i64)], 0.1, None);
+        store.record(&h, &[KeyValue::new("code", 500_i64)], 0.1, None);
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.series_count(), 3);
+        let key = [label("engine", "0"), label("model_name", "m")];
+        let state = snapshot.series("vllm:ttft_seconds", &key).expect("series");
+        assert_eq!(state.native.count(), 3);
+        assert_eq!(state.exemplars.for_bucket(1.0).map(|x| x.trace), Some(trace(5)));
+        let ok = snapshot.series("vllm:ttft_seconds", &[label("code", "200")]).unwrap();
+        assert_eq!(ok.native.count(), 1);
+        store.stop_recording();
+        store.record(&h, &[m, e], 0.5, None);
+        let after = store.snapshot();
+        assert_eq!(after.series("vllm:ttft_seconds", &key).unwrap().native.count(), 3);
     }
 
     #[test]

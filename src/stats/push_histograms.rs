@@ -8,6 +8,12 @@
 //! with its own copy of the instruments, which the stats actor records into beside the
 //! Prometheus ones: `/metrics` stays exactly as it was, and both sides see the same
 //! observations, so their counts and sums agree.
+//!
+//! The copy is an SDK limit (0.33), not a choice: aggregation is per provider, and a histogram
+//! kiln aggregates itself (`HistogramStore`'s native buckets are the same base-2 exponential
+//! buckets, schema = OTLP scale) cannot be handed to the SDK's OTLP reader (no public
+//! `MetricProducer`, no constructible data points). The copy's own `HistogramStore` records
+//! nothing (`/metrics` reads the main one's). docs/09 has the plan that removes the copy.
 
 use std::str::FromStr;
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider;
 
 use super::exporter::Telemetry;
+use super::family::kiln::{OTLP_SPAN_EXPORTS, OTLP_SPANS_DROPPED};
 
 /// Counts of the span exporter; shared by the exporter thread and the metric callbacks.
 #[derive(Debug, Default)]
@@ -57,9 +58,9 @@ pub fn register_span_export_counters(telemetry: &Telemetry, counters: &Arc<SpanE
         let failure = [KeyValue::new("result", "failure")];
         // The SDK keeps the callbacks registered for the provider's life.
         let _ = meter
-            .u64_observable_counter("kiln_otlp_span_exports")
-            .with_unit("{export}")
-            .with_description("OTLP span export calls (one per batch), by result.")
+            .u64_observable_counter(OTLP_SPAN_EXPORTS.name)
+            .with_unit(OTLP_SPAN_EXPORTS.unit)
+            .with_description(OTLP_SPAN_EXPORTS.description)
             .with_callback(move |observer| {
                 let counts = exports.counts();
                 observer.observe(counts.success, &success);
@@ -68,9 +69,9 @@ pub fn register_span_export_counters(telemetry: &Telemetry, counters: &Arc<SpanE
             .build();
         let dropped = Arc::clone(counters);
         let _ = meter
-            .u64_observable_counter("kiln_otlp_spans_dropped")
-            .with_unit("{span}")
-            .with_description("Spans dropped because the bounded span export queue was full.")
+            .u64_observable_counter(OTLP_SPANS_DROPPED.name)
+            .with_unit(OTLP_SPANS_DROPPED.unit)
+            .with_description(OTLP_SPANS_DROPPED.description)
             .with_callback(move |observer| observer.observe(dropped.counts().dropped, &[]))
             .build();
     }
