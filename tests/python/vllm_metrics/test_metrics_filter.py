@@ -12,6 +12,8 @@
 # ones do), so samples are read with prometheus_client's parser rather than as unlabelled
 # text lines.
 
+import time
+
 import requests
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,10 +37,21 @@ def _value(text: str, sample_name: str) -> float | None:
     return None
 
 
+def _scrape_once_recorded(server, sample: str, within_s: float = 30.0):
+    """kiln: an HTTP request is counted by the stats actor after its response goes out,
+    so a scrape made at once may come first; scrape until `sample` shows (bounded)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        response = _get(server)
+        if sample in response.text or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)
+
+
 def test_single_process_unfiltered_metrics_remain_available(server):
     # kiln: GET /v1/models in place of the fixture's /test route.
     requests.get(server.url_for("v1", "models"))
-    response = _get(server)
+    response = _scrape_once_recorded(server, "http_requests_total{")
 
     assert response.status_code == 200
     assert response.headers["content-type"] == CONTENT_TYPE_PLAIN_0_0_4
