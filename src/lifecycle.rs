@@ -15,7 +15,8 @@ use crate::scheduler::actor::{AbortAll, SchedulerActor};
 pub struct Drain {
     pub server: ServerHandle,
     pub health: Arc<EngineHealth>,
-    pub scheduler: Addr<SchedulerActor>,
+    /// Every engine's scheduler.
+    pub schedulers: Vec<Addr<SchedulerActor>>,
     /// How long running requests get to finish before they are aborted.
     pub grace: Duration,
 }
@@ -35,11 +36,13 @@ pub async fn drain_on_signal(drain: Drain) {
         "shutting down: no new connections; running requests get the grace period"
     );
     drain.health.draining();
-    let scheduler = drain.scheduler.clone();
+    let schedulers = drain.schedulers.clone();
     let grace = drain.grace;
     actix_web::rt::spawn(async move {
         actix_web::rt::time::sleep(grace).await;
-        let _ = scheduler.send(AbortAll).await;
+        for scheduler in schedulers {
+            let _ = scheduler.send(AbortAll).await;
+        }
     });
     drain.server.stop(true).await;
 }

@@ -3,12 +3,11 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::Parser;
 use kiln::config::cli::{Cli, Command};
 use kiln::model::fetch::{default_cache_dir, ensure_default_model, ensure_named_model};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let json = matches!(&cli.command, Command::Serve(args) if args.log_format.as_deref() == Some("json"));
     init_logging(json);
     let result = match cli.command {

@@ -63,8 +63,19 @@ pub async fn submit_choices(
     record: Option<Arc<RequestRecord>>,
 ) -> Result<Vec<ChoiceStream>, ApiError> {
     let mut choices = Vec::with_capacity(planned.len());
+    // The choices of one prompt (consecutive) go to one engine, where they share its prefill.
+    let mut chosen: Option<(Vec<u32>, EngineHandle)> = None;
     for request in planned {
-        choices.push(ChoiceStream::submit(engine, tokenizer, request, record.clone()).await?);
+        let prompt = &request.request.prompt_token_ids;
+        let target = match &chosen {
+            Some((for_prompt, target)) if for_prompt == prompt => target.clone(),
+            _ => {
+                let target = engine.choose_for(prompt, request.request.lora).await;
+                chosen = Some((prompt.clone(), target.clone()));
+                target
+            }
+        };
+        choices.push(ChoiceStream::submit(&target, tokenizer, request, record.clone()).await?);
     }
     Ok(choices)
 }

@@ -47,6 +47,8 @@ impl ChoiceStream {
         record: Option<Arc<RequestRecord>>,
     ) -> Result<Self, ApiError> {
         let ChoiceRequest { index, request } = request;
+        // Bound to one engine, so that aborts and stop strings reach the one running it.
+        let engine = &engine.choose_for(&request.prompt_token_ids, request.lora).await;
         let id = request.id.clone();
         let (tx, rx) = unbounded_channel();
         let output = ChoiceOutput::new(

@@ -9,6 +9,7 @@ pub mod choice_parts;
 pub mod completions;
 pub mod cors;
 pub mod detokenizer;
+pub mod engine_choice;
 pub mod engine_handle;
 pub mod errors;
 pub mod fan_out;

@@ -87,7 +87,7 @@ pub async fn serve<E: Endpoint>(
 ) -> Result<HttpResponse, ApiError> {
     let arrival = Instant::now();
     let log = RequestLog::of(&req);
-    dp_rank::check(&req, request.common().data_parallel_rank)?;
+    let rank = dp_rank::pinned_rank(&req, request.common().data_parallel_rank, state.engine.size())?;
     let valid = validate(&state, request).await?;
     let head = ResponseHead::new(E::ID_PREFIX, &valid.model, state.per_request_metrics);
     let id = head.id.clone();
@@ -126,7 +126,8 @@ pub async fn serve<E: Endpoint>(
         Some((Arc::clone(tracer), spans))
     });
     let record = RequestRecord::new(log, traced, valid.model.clone(), prompt_tokens, choices.len());
-    let choices = submit_choices(&state.engine, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
+    let engine = state.engine.pinned(rank);
+    let choices = submit_choices(&engine, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
     match valid.delivery {
         Delivery::Stream(usage) => Ok(sse_response(
             choices,

@@ -20,6 +20,25 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process's arguments, vLLM's multi-letter short flags included.
+    pub fn parse_args() -> Self {
+        Self::parse_from(vllm_short_flags(std::env::args_os()))
+    }
+}
+
+/// vLLM's single-dash spellings that clap cannot declare (`-dp 2`, `-dp=2`), rewritten to
+/// their long flags.
+pub fn vllm_short_flags(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.into_iter()
+        .map(|arg| match arg.to_str() {
+            Some("-dp") => "--data-parallel-size".into(),
+            Some(a) if a.starts_with("-dp=") => format!("--data-parallel-size={}", &a[4..]).into(),
+            _ => arg,
+        })
+        .collect()
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve a model over the OpenAI-compatible API (the default model when --model is absent).
@@ -223,6 +242,18 @@ mod tests {
     fn the_command_line_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn data_parallel_size_in_vllms_short_spelling() {
+        for extra in [["-dp", "3"].as_slice(), &["-dp=3"], &["--data-parallel-size", "3"]] {
+            let args = ["kiln", "serve"].iter().chain(extra).map(std::ffi::OsString::from);
+            let cli = Cli::try_parse_from(vllm_short_flags(args)).expect("parses");
+            let Command::Serve(args) = cli.command else {
+                unreachable!()
+            };
+            assert_eq!(args.resolve(no_otel).unwrap().engine.data_parallel_size, 3, "{extra:?}");
+        }
     }
 
     fn serve(extra: &[&str]) -> ServeArgs {

@@ -16,9 +16,14 @@ pub struct EngineConfig {
     /// Memory for the KV cache, e.g. 1GiB; sets the number of blocks.
     #[arg(long, env = "KILN_KV_CACHE_MEMORY")]
     pub kv_cache_memory: String,
-    /// Use exactly this many KV blocks (0: derive from --kv-cache-memory).
+    /// Use exactly this many KV blocks per engine (0: derive from --kv-cache-memory).
     #[arg(long, env = "KILN_NUM_GPU_BLOCKS_OVERRIDE")]
     pub num_gpu_blocks_override: usize,
+    /// Engines behind the one API server (vLLM's data parallelism): each with its own
+    /// scheduler, executor thread, KV cache and share of the CPU cores; the weights are shared.
+    /// vLLM's `-dp N` is accepted too (`cli::vllm_short_flags`).
+    #[arg(long, env = "KILN_DATA_PARALLEL_SIZE")]
+    pub data_parallel_size: usize,
     /// Most sequences in one batch.
     #[arg(long, env = "KILN_MAX_NUM_SEQS")]
     pub max_num_seqs: usize,
@@ -73,6 +78,7 @@ impl Default for EngineConfig {
             block_size: 16,
             kv_cache_memory: "1GiB".into(),
             num_gpu_blocks_override: 0,
+            data_parallel_size: 1,
             max_num_seqs: 32,
             max_num_batched_tokens: 2048,
             max_model_len: 0,
@@ -105,6 +111,9 @@ impl EngineConfig {
             ));
         }
         self.kv_cache_bytes()?;
+        if !(1..=64).contains(&self.data_parallel_size) {
+            return Err(invalid("engine.data_parallel_size", "must be between 1 and 64"));
+        }
         if self.max_num_seqs == 0 {
             return Err(invalid("engine.max_num_seqs", "must be at least 1"));
         }

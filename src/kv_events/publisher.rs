@@ -74,10 +74,14 @@ impl KvEventSender {
 
 /// Binds (or starts connecting) the sockets on a thread of their own and returns the
 /// channel to it. Bind failures are returned here, so a bad endpoint stops kiln at start.
-pub fn start_publisher(config: &KvEventsConfig) -> anyhow::Result<KvEventSender> {
+/// Engine `dp_rank` publishes on the endpoints offset by its rank and stamps its batches with
+/// it, as vLLM's data-parallel engines do.
+pub fn start_publisher(config: &KvEventsConfig, dp_rank: u32) -> anyhow::Result<KvEventSender> {
     let (tx, rx) = mpsc::channel(config.max_queue_size);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let config = config.clone();
+    let mut config = config.clone();
+    config.endpoint = offset_endpoint_port(&config.endpoint, dp_rank);
+    config.replay_endpoint = offset_endpoint_port(&config.replay_endpoint, dp_rank);
     std::thread::Builder::new()
         .name("kv-events".into())
         .spawn(move || {
@@ -89,7 +93,7 @@ pub fn start_publisher(config: &KvEventsConfig) -> anyhow::Result<KvEventSender>
                 }
             };
             runtime.block_on(async move {
-                match Publisher::open(&config).await {
+                match Publisher::open(&config, dp_rank).await {
                     Ok(publisher) => {
                         let _ = ready_tx.send(Ok(()));
                         publisher.run(rx).await;
@@ -111,6 +115,25 @@ pub fn start_publisher(config: &KvEventsConfig) -> anyhow::Result<KvEventSender>
     })
 }
 
+/// vLLM's `offset_endpoint_port`: rank `r` of a TCP endpoint listens `r` ports further on;
+/// an in-process or IPC endpoint gets `_dp{r}` appended. Rank 0 (and port 0) keep theirs.
+pub fn offset_endpoint_port(endpoint: &str, dp_rank: u32) -> String {
+    if dp_rank == 0 || endpoint.is_empty() {
+        return endpoint.to_owned();
+    }
+    if endpoint.starts_with("tcp://")
+        && let Some((base, port)) = endpoint.rsplit_once(':')
+        && let Ok(port) = port.parse::<u32>()
+        && port > 0
+    {
+        return format!("{base}:{}", port + dp_rank);
+    }
+    if endpoint.starts_with("tcp://") {
+        return endpoint.to_owned();
+    }
+    format!("{endpoint}_dp{dp_rank}")
+}
+
 /// vLLM's rule: an endpoint with `*` or `::` binds, any other connects.
 fn binds(endpoint: &str) -> bool {
     endpoint.contains('*') || endpoint.contains("::")
@@ -126,10 +149,12 @@ struct Publisher {
     next_seq: u64,
     buffer: VecDeque<(u64, Bytes)>,
     buffer_steps: usize,
+    /// The engine's data-parallel rank, in every batch.
+    dp_rank: u32,
 }
 
 impl Publisher {
-    async fn open(config: &KvEventsConfig) -> anyhow::Result<Self> {
+    async fn open(config: &KvEventsConfig, dp_rank: u32) -> anyhow::Result<Self> {
         let mut options = SocketOptions::default();
         options.no_connect_timeout();
         let mut socket = PubSocket::with_options(options);
@@ -167,6 +192,7 @@ impl Publisher {
             next_seq: 0,
             buffer: VecDeque::with_capacity(config.buffer_steps.min(1024)),
             buffer_steps: config.buffer_steps,
+            dp_rank,
         })
     }
 
@@ -216,7 +242,7 @@ impl Publisher {
     async fn publish(&mut self, batch: PendingBatch) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let payload = Bytes::from(encode_batch(batch.ts, &batch.events, 0));
+        let payload = Bytes::from(encode_batch(batch.ts, &batch.events, self.dp_rank));
         let frames = vec![
             self.topic.clone(),
             Bytes::copy_from_slice(&seq.to_be_bytes()),
@@ -278,4 +304,19 @@ async fn next_request(replay: &mut Option<RouterSocket>) -> zeromq::ZmqResult<Zm
 
 fn message(frames: Vec<Bytes>) -> ZmqMessage {
     ZmqMessage::try_from(frames).expect("frames are never empty")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::offset_endpoint_port;
+
+    #[test]
+    fn each_rank_gets_its_own_endpoint_as_in_vllm() {
+        assert_eq!(offset_endpoint_port("tcp://*:5557", 0), "tcp://*:5557");
+        assert_eq!(offset_endpoint_port("tcp://*:5557", 1), "tcp://*:5558");
+        assert_eq!(offset_endpoint_port("tcp://[::1]:5557", 2), "tcp://[::1]:5559");
+        assert_eq!(offset_endpoint_port("ipc:///tmp/kv", 1), "ipc:///tmp/kv_dp1");
+        assert_eq!(offset_endpoint_port("", 1), "");
+        assert_eq!(offset_endpoint_port("tcp://127.0.0.1:0", 1), "tcp://127.0.0.1:0");
+    }
 }

@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::engine::health::EngineHealth;
 use crate::executor::actor::Supervision;
 use crate::executor::model_runner::ModelRunner;
+use crate::executor::pooled::{Pooled, engine_pools};
 use crate::executor::{Executor, start_executor};
 use crate::lifecycle::{ABORT_FLUSH, Drain, drain_on_signal, spawn_step_watchdog};
 use crate::model::loader::open_model;
@@ -51,7 +52,11 @@ pub use prepare::{CacheSizing, prepare_engine, prepare_model, resolve_model_path
 /// A model ready to serve: the executor and everything around it.
 pub struct PreparedEngine<E: Executor> {
     pub served: ServedModel,
+    /// Engine 0's executor.
     pub executor: E,
+    /// Engines 1.. of a data-parallel server (`--data-parallel-size`), each with its own KV
+    /// cache and the same weights; empty with one engine.
+    pub other_executors: Vec<E>,
     pub scheduler: SchedulerConfig,
     pub end_of_generation: Vec<u32>,
 }
@@ -62,7 +67,10 @@ pub struct RunningServer {
     pub server: actix_web::dev::Server,
     /// The separate `/metrics` listener (`telemetry.metrics_listen`), already running.
     pub metrics_addr: Option<SocketAddr>,
+    /// Engine 0's scheduler.
     pub scheduler: Addr<SchedulerActor>,
+    /// Every engine's scheduler, by index.
+    pub schedulers: Vec<Addr<SchedulerActor>>,
     pub stats: Addr<StatsActor>,
     /// Flushes the final OTLP export on shutdown.
     pub telemetry: Arc<Telemetry>,
@@ -113,7 +121,7 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
         actix_web::rt::spawn(drain_on_signal(Drain {
             server: handle.clone(),
             health: running.health.clone(),
-            scheduler: running.scheduler.clone(),
+            schedulers: running.schedulers.clone(),
             grace: Duration::from_secs_f64(config.server.shutdown_grace_period_s),
         }));
         let health = running.health.clone();
@@ -190,10 +198,19 @@ async fn start_on<E: Executor>(
         kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
         mfu_metrics: prepared.scheduler.step_cost.is_some(),
         push_histograms: resolve::push_histograms(&config.telemetry, |name| std::env::var(name).ok())?,
+        engines: 1 + prepared.other_executors.len(),
     };
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
-    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &health);
+    let engines = 1 + prepared.other_executors.len();
+    anyhow::ensure!(
+        engines == config.engine.data_parallel_size,
+        "engine.data_parallel_size is {} but {engines} executor(s) were prepared",
+        config.engine.data_parallel_size
+    );
+    // One server health for now: every engine's series reads it.
+    let engine_health = vec![health.clone(); engines];
+    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &engine_health);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
@@ -201,28 +218,37 @@ async fn start_on<E: Executor>(
     let stats = StatsActor::new(telemetry.instruments.clone(), stats_config)
         .with_push_instruments(telemetry.push_instruments())
         .start();
-    let executor = start_executor(
-        prepared.executor,
-        Supervision {
-            health: health.clone(),
-            max_restarts: config.engine.max_engine_restarts,
-        },
-    );
     spawn_step_watchdog(health.clone(), Duration::from_secs_f64(config.engine.step_timeout_s));
     let (cache_blocks, hash_algo) = (
         prepared.scheduler.num_gpu_blocks,
         prepared.scheduler.prefix_hasher.algo(),
     );
-    let scheduler = Scheduler::new(prepared.scheduler, prepared.end_of_generation);
-    let mut scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone());
-    if config.kv_events.publishes() {
-        scheduler = scheduler.with_kv_events(crate::kv_events::start_publisher(&config.kv_events)?);
+    let executors: Vec<E> = std::iter::once(prepared.executor)
+        .chain(prepared.other_executors)
+        .collect();
+    let pools = engine_pools(executors.len()).context("starting the engines' thread pools")?;
+    let mut schedulers = Vec::with_capacity(executors.len());
+    for (index, (executor, pool)) in executors.into_iter().zip(pools).enumerate() {
+        let executor = start_executor(
+            Pooled::new(executor, pool),
+            Supervision {
+                health: health.clone(),
+                max_restarts: config.engine.max_engine_restarts,
+            },
+        );
+        let scheduler = Scheduler::new(prepared.scheduler.clone(), prepared.end_of_generation.clone());
+        let mut scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).as_engine(index);
+        if config.kv_events.publishes() {
+            let publisher = crate::kv_events::start_publisher(&config.kv_events, index as u32)?;
+            scheduler = scheduler.with_kv_events(publisher);
+        }
+        schedulers.push(scheduler.start());
     }
-    let scheduler = scheduler.start();
+    let scheduler = schedulers[0].clone();
     let telemetry = Arc::new(telemetry);
     let state = web::Data::new(AppState {
         model: prepared.served,
-        engine: crate::api::engine_handle::EngineHandle::new(scheduler.clone()),
+        engine: crate::api::engine_handle::EngineHandle::data_parallel(schedulers.clone()),
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
         exemplars: telemetry.exemplars.clone(),
@@ -307,6 +333,7 @@ async fn start_on<E: Executor>(
         server: server.run(),
         metrics_addr,
         scheduler,
+        schedulers,
         stats,
         telemetry,
         health,

@@ -104,11 +104,21 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         anyhow::bail!("a LoRA adapter is named {served_name}, the served model's name");
     }
     llama.adapters = super::lora::load_adapters(&config.lora, &files.config, &served_name)?;
-    let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks)
-        .computing_activations_in(activations)
-        .sampling_only_below(token_id_bound(&files.tokenizer))
-        .ending_generation_on(files.special_tokens.end_of_generation.clone());
-    prepare_engine(config, files, served_name, executor)
+    // Each engine its own runner and KV cache; the weights are shared (the model's tensors
+    // and packed matrices are reference-counted, so a clone copies no weight).
+    let runner = |model| {
+        ModelRunner::new(model, geometry, sizing.num_cpu_blocks)
+            .computing_activations_in(activations)
+            .sampling_only_below(token_id_bound(&files.tokenizer))
+            .ending_generation_on(files.special_tokens.end_of_generation.clone())
+    };
+    let others: Vec<ModelRunner> = (1..config.engine.data_parallel_size)
+        .map(|_| runner(llama.clone()))
+        .collect();
+    let executor = runner(llama);
+    let mut prepared = prepare_engine(config, files, served_name, executor)?;
+    prepared.other_executors = others;
+    Ok(prepared)
 }
 
 /// Whether an adapter takes the served model's own name (requests could not tell them apart).
@@ -175,21 +185,25 @@ pub struct CacheSizing {
 }
 
 impl CacheSizing {
-    /// From `engine.kv_cache_memory` (or the override) and `engine.swap_space_gib`, at f32.
+    /// One engine's share, at f32: `engine.kv_cache_memory` and `engine.swap_space_gib` are
+    /// the server's budgets, split evenly between the `data_parallel_size` engines (on a CPU
+    /// they share one memory); `num_gpu_blocks_override` is per engine, as vLLM's.
     pub fn new(config: &Config, model: &crate::model::config::ModelConfig) -> anyhow::Result<Self> {
         let e = &config.engine;
+        let engines = e.data_parallel_size.max(1) as u64;
         let bytes_per_block = (e.block_size * model.kv_bytes_per_token(4)) as u64;
         let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
             e.num_gpu_blocks_override
         } else {
-            (config.kv_cache_bytes()? / bytes_per_block) as usize
+            (config.kv_cache_bytes()? / engines / bytes_per_block) as usize
         };
         anyhow::ensure!(
             num_gpu_blocks > 0,
             "engine.kv_cache_memory ({}) is smaller than one KV block ({bytes_per_block} bytes)",
             e.kv_cache_memory
         );
-        let num_cpu_blocks = (e.swap_space_gib * (1u64 << 30) as f64 / bytes_per_block as f64) as usize;
+        let num_cpu_blocks =
+            (e.swap_space_gib * (1u64 << 30) as f64 / engines as f64 / bytes_per_block as f64) as usize;
         Ok(Self {
             num_gpu_blocks,
             num_cpu_blocks,
@@ -264,6 +278,7 @@ pub fn prepare_engine<E: Executor>(
             adapters: super::lora::served_adapters(&config.lora),
         },
         executor,
+        other_executors: Vec::new(),
         scheduler: SchedulerConfig {
             max_num_seqs: config.engine.max_num_seqs,
             max_num_batched_tokens: config.engine.max_num_batched_tokens,

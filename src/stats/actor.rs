@@ -23,6 +23,8 @@ use crate::engine::types::FinishReason;
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
 pub struct RecordStep {
+    /// The engine that stepped (its `engine` label).
+    pub engine: usize,
     pub scheduler: SchedulerStats,
     pub iteration: IterationStats,
 }
@@ -53,6 +55,7 @@ pub struct AdmissionRejected {
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 pub struct EngineRestarted {
+    pub engine: usize,
     pub restarts: u32,
 }
 
@@ -76,7 +79,8 @@ pub struct StatsActor {
     instruments: Option<Arc<Instruments>>,
     /// The push side's own copy (exponential OTLP histograms), recorded alike.
     push: Option<Arc<Instruments>>,
-    throughput: ThroughputLog,
+    /// One per engine, so each engine's throughput gauges are its own.
+    throughput: Vec<ThroughputLog>,
     config: StatsActorConfig,
 }
 
@@ -85,7 +89,7 @@ impl StatsActor {
         Self {
             instruments,
             push: None,
-            throughput: ThroughputLog::new(Instant::now()),
+            throughput: vec![ThroughputLog::new(Instant::now())],
             config,
         }
     }
@@ -101,19 +105,37 @@ impl StatsActor {
         self.instruments.iter().chain(self.push.iter()).map(|i| &**i)
     }
 
-    /// Closes a throughput interval: sets the gauges, logs unless idle.
+    /// Closes a throughput interval of every engine: sets its gauges, logs unless idle.
+    /// Returns engine 0's report.
     fn log_tick(&mut self, now: Instant) -> ThroughputReport {
-        let report = self.throughput.tick(now);
-        for i in self.all() {
-            let e = &i.engine;
-            e.avg_prompt_throughput.record(report.prompt_toks_per_s, &i.model);
-            e.avg_generation_throughput
-                .record(report.generation_toks_per_s, &i.model);
+        let reports: Vec<ThroughputReport> = self.throughput.iter_mut().map(|log| log.tick(now)).collect();
+        let several = reports.len() > 1;
+        for (engine, report) in reports.iter().enumerate() {
+            for i in self.all() {
+                let e = &i.engine;
+                let m = &i.engine_labels(engine).model;
+                e.avg_prompt_throughput.record(report.prompt_toks_per_s, m);
+                e.avg_generation_throughput.record(report.generation_toks_per_s, m);
+            }
+            if !report.idle && several {
+                tracing::info!(target: "kiln::stats", engine, "{report}");
+            } else if !report.idle {
+                tracing::info!(target: "kiln::stats", "{report}");
+            }
         }
-        if !report.idle {
-            tracing::info!(target: "kiln::stats", "{report}");
+        reports
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| ThroughputLog::new(now).tick(now))
+    }
+
+    /// The throughput log of engine `index`, made on its first step.
+    fn throughput_of(&mut self, index: usize) -> &mut ThroughputLog {
+        if self.throughput.len() <= index {
+            let start = Instant::now();
+            self.throughput.resize_with(index + 1, || ThroughputLog::new(start));
         }
-        report
+        &mut self.throughput[index]
     }
 }
 
@@ -128,7 +150,10 @@ impl Actor for StatsActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.throughput = ThroughputLog::new(Instant::now());
+        let start = Instant::now();
+        self.throughput
+            .iter_mut()
+            .for_each(|log| *log = ThroughputLog::new(start));
         if let Some(interval) = self.config.log_interval {
             ctx.run_interval(interval, |act, _| {
                 act.log_tick(Instant::now());
@@ -141,9 +166,9 @@ impl Handler<RecordStep> for StatsActor {
     type Result = ();
 
     fn handle(&mut self, msg: RecordStep, _: &mut Self::Context) {
-        self.throughput.observe(&msg.scheduler, &msg.iteration);
+        self.throughput_of(msg.engine).observe(&msg.scheduler, &msg.iteration);
         for i in self.all() {
-            i.record_step(&msg.scheduler, &msg.iteration);
+            i.record_step(msg.engine, &msg.scheduler, &msg.iteration);
         }
     }
 }
@@ -203,7 +228,8 @@ impl Handler<EngineRestarted> for StatsActor {
 
     fn handle(&mut self, msg: EngineRestarted, _: &mut Self::Context) {
         for i in self.all() {
-            i.engine.engine_restarts.add(u64::from(msg.restarts), &i.model);
+            let m = &i.engine_labels(msg.engine).model;
+            i.engine.engine_restarts.add(u64::from(msg.restarts), m);
         }
     }
 }
@@ -237,23 +263,27 @@ impl Instruments {
     /// an idle server already shows `num_requests_waiting` (routers read it) and `rate()`
     /// has a baseline for each `finished_reason` and admission reason.
     pub(super) fn record_initial(&self) {
-        self.record_step(&SchedulerStats::default(), &IterationStats::default());
-        for attrs in &self.by_reason {
-            self.engine.request_success.add(0, attrs);
+        for (index, labels) in self.engines.iter().enumerate() {
+            self.record_step(index, &SchedulerStats::default(), &IterationStats::default());
+            for attrs in &labels.by_reason {
+                self.engine.request_success.add(0, attrs);
+            }
+            let m = &labels.model;
+            self.engine.avg_prompt_throughput.record(0.0, m);
+            self.engine.avg_generation_throughput.record(0.0, m);
+            self.engine.engine_restarts.add(0, m);
+            self.structured.record_initial(m);
+            self.kv_offload.record_initial(m);
         }
         for reason in ADMISSION_REJECTION_REASONS {
             self.engine.admission_rejections.add(0, &self.admission_labels(reason));
         }
-        self.engine.avg_prompt_throughput.record(0.0, &self.model);
-        self.engine.avg_generation_throughput.record(0.0, &self.model);
-        self.engine.engine_restarts.add(0, &self.model);
-        self.structured.record_initial(&self.model);
-        self.kv_offload.record_initial(&self.model);
     }
 
-    fn record_step(&self, s: &SchedulerStats, it: &IterationStats) {
+    /// One step of engine `index`.
+    fn record_step(&self, index: usize, s: &SchedulerStats, it: &IterationStats) {
         let e = &self.engine;
-        let m = &self.model;
+        let m = &self.engine_labels(index).model;
         e.num_requests_running.record(s.num_running as u64, m);
         e.num_requests_waiting.record(s.num_waiting as u64, m);
         e.num_requests_swapped.record(s.num_swapped as u64, m);
@@ -287,18 +317,20 @@ impl Instruments {
             e.inter_token_latency.record(itl.seconds, m, itl.trace);
         }
         for f in &it.finished {
-            self.record_finished(f);
+            self.record_finished(index, f);
         }
     }
 
     /// Every finished request, whatever its reason; intervals that never happened
     /// (`None`) add no observation. A traced request's latencies become their buckets'
     /// exemplars.
-    fn record_finished(&self, f: &FinishedRequestStats) {
+    fn record_finished(&self, index: usize, f: &FinishedRequestStats) {
         let e = &self.engine;
-        let m = &self.model;
+        let labels = self.engine_labels(index);
+        let m = &labels.model;
         let iv = &f.intervals;
-        e.request_success.add(1, &self.by_reason[reason_index(f.finish_reason)]);
+        e.request_success
+            .add(1, &labels.by_reason[reason_index(f.finish_reason)]);
         e.e2e_request_latency.record(iv.e2e_s, m, f.trace);
         let optional = [
             (&e.request_queue_time, iv.queue_s),
@@ -373,7 +405,7 @@ impl Instruments {
 #[cfg(test)]
 impl Instruments {
     pub(crate) fn record_step_for_test(&self, s: &SchedulerStats, it: &IterationStats) {
-        self.record_step(s, it);
+        self.record_step(0, s, it);
     }
 }
 
@@ -390,6 +422,7 @@ mod tests {
 
     fn step_with_three_finished() -> RecordStep {
         RecordStep {
+            engine: 0,
             scheduler: SchedulerStats {
                 num_running: 1,
                 num_waiting: 4,
@@ -434,6 +467,7 @@ mod tests {
         stats.send(step_with_three_finished()).await.unwrap();
         // A step with nothing batched adds no iteration_tokens observation.
         let idle = RecordStep {
+            engine: 0,
             scheduler: SchedulerStats::default(),
             iteration: IterationStats::default(),
         };
@@ -536,8 +570,8 @@ mod tests {
         let stats = StatsActor::new(t.instruments.clone(), quiet()).start();
         let text = render_metrics(&t.registry).unwrap();
         assert_eq!(value(&text, "kiln_engine_restarts_total", &[]), Some(0.0));
-        stats.do_send(EngineRestarted { restarts: 1 });
-        stats.send(EngineRestarted { restarts: 2 }).await.unwrap();
+        stats.do_send(EngineRestarted { engine: 0, restarts: 1 });
+        stats.send(EngineRestarted { engine: 0, restarts: 2 }).await.unwrap();
         let text = render_metrics(&t.registry).unwrap();
         assert_eq!(value(&text, "kiln_engine_restarts_total", &[]), Some(3.0));
     }
@@ -547,9 +581,9 @@ mod tests {
         let t = build_telemetry(&config("vllm:")).unwrap();
         let mut actor = StatsActor::new(t.instruments.clone(), quiet());
         let start = Instant::now();
-        actor.throughput = ThroughputLog::new(start);
+        actor.throughput = vec![ThroughputLog::new(start)];
         let step = step_with_three_finished();
-        actor.throughput.observe(&step.scheduler, &step.iteration);
+        actor.throughput[0].observe(&step.scheduler, &step.iteration);
         let report = actor.log_tick(start + Duration::from_secs(2));
         assert_eq!(report.prompt_toks_per_s, 9.0);
         let text = render_metrics(&t.registry).unwrap();
@@ -559,9 +593,7 @@ mod tests {
             Some(6.0)
         );
         // An idle interval brings the gauges back to 0.
-        actor
-            .throughput
-            .observe(&SchedulerStats::default(), &IterationStats::default());
+        actor.throughput[0].observe(&SchedulerStats::default(), &IterationStats::default());
         assert!(actor.log_tick(start + Duration::from_secs(4)).idle);
         let text = render_metrics(&t.registry).unwrap();
         assert_eq!(

@@ -19,6 +19,8 @@ pub struct InstrumentsConfig<'a> {
     pub buckets: &'a HistogramBuckets,
     pub kv_cache_metrics: bool,
     pub mfu_metrics: bool,
+    /// Engines (`--data-parallel-size`): each engine family has a series per engine.
+    pub engines: usize,
 }
 
 /// Builds instruments named under one prefix: the engine prefix, or none ([`Self::unprefixed`])
@@ -28,9 +30,10 @@ pub struct InstrumentBuilder<'a> {
     meter: &'a Meter,
     cfg: &'a InstrumentsConfig<'a>,
     prefix: &'a str,
-    /// Where each histogram declares its series with these labels, exposed at zero from
-    /// start (`initial_series`); `None` for families whose labels come with traffic.
-    initial: Option<(&'a HistogramStore, &'a [KeyValue])>,
+    /// Where each histogram declares its series with each of these label sets (one per
+    /// engine), exposed at zero from start (`initial_series`); `None` for families whose
+    /// labels come with traffic.
+    initial: Option<(&'a HistogramStore, &'a [[KeyValue; 2]])>,
 }
 
 impl<'a> InstrumentBuilder<'a> {
@@ -48,8 +51,8 @@ impl<'a> InstrumentBuilder<'a> {
         Self { prefix: "", ..self }
     }
 
-    /// The same builder, its histograms' series with `labels` exposed from start at zero.
-    pub fn with_initial_series(self, store: &'a HistogramStore, labels: &'a [KeyValue]) -> Self {
+    /// The same builder, its histograms' series with each of `labels` exposed from start at zero.
+    pub fn with_initial_series(self, store: &'a HistogramStore, labels: &'a [[KeyValue; 2]]) -> Self {
         Self {
             initial: Some((store, labels)),
             ..self
@@ -63,9 +66,11 @@ impl<'a> InstrumentBuilder<'a> {
 
     /// Declares the series a new histogram exposes from start, if this builder has one.
     fn declare(&self, s: &Spec, bounds: &[f64], native: bool) {
-        if let Some((store, labels)) = self.initial {
+        if let Some((store, label_sets)) = self.initial {
             let series = ExemplarHistogram::new(&self.name(s), s.unit, bounds.to_vec());
-            store.declare(&series, s.description, labels, native);
+            for labels in label_sets {
+                store.declare(&series, s.description, labels, native);
+            }
         }
     }
 

@@ -20,21 +20,29 @@ pub fn healthy_value(state: &EngineState) -> u64 {
     }
 }
 
-/// Registers the gauge on the telemetry's meter providers (none when telemetry is off).
-pub fn register_engine_health(telemetry: &Telemetry, engine_prefix: &str, health: &Arc<EngineHealth>) {
+/// Registers the gauge on the telemetry's meter providers (none when telemetry is off): one
+/// series per engine, `health[i]` being engine `i`'s.
+pub fn register_engine_health(telemetry: &Telemetry, engine_prefix: &str, health: &[Arc<EngineHealth>]) {
     let Some(instruments) = &telemetry.instruments else {
         return;
     };
     for provider in telemetry.providers() {
         // `model[1]` is the `engine` label.
-        let labels = [instruments.model[1].clone()];
-        let health = Arc::clone(health);
+        let series: Vec<_> = health
+            .iter()
+            .enumerate()
+            .map(|(i, h)| ([instruments.engine_labels(i).model[1].clone()], Arc::clone(h)))
+            .collect();
         // The SDK keeps the callback registered for the provider's life.
         let _ = provider
             .meter("kiln")
             .u64_observable_gauge(engine_metric_name(engine_prefix, ENGINE_HEALTHY.name))
             .with_description(ENGINE_HEALTHY.description)
-            .with_callback(move |observer| observer.observe(healthy_value(&health.state()), &labels))
+            .with_callback(move |observer| {
+                for (labels, health) in &series {
+                    observer.observe(healthy_value(&health.state()), labels);
+                }
+            })
             .build();
     }
 }
@@ -49,7 +57,7 @@ mod tests {
     fn the_gauge_follows_the_engine_state_at_each_scrape() {
         let telemetry = crate::stats::exporter::build_telemetry(&config("vllm:")).expect("builds");
         let health = Arc::new(EngineHealth::new());
-        register_engine_health(&telemetry, "vllm:", &health);
+        register_engine_health(&telemetry, "vllm:", std::slice::from_ref(&health));
         let healthy = || {
             let text = render_metrics(&telemetry.registry).expect("renders");
             let lines = crate::stats::exporter::test_support::samples(&text, "vllm:engine_healthy");

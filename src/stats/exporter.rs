@@ -79,6 +79,8 @@ pub struct TelemetryConfig {
     pub mfu_metrics: bool,
     /// How the push readers get the histograms (`--otlp-histogram-aggregation`).
     pub push_histograms: HistogramAggregation,
+    /// Engines behind the server (`--data-parallel-size`); `cache_info` is each one's.
+    pub engines: usize,
 }
 
 impl Default for TelemetryConfig {
@@ -94,6 +96,7 @@ impl Default for TelemetryConfig {
             kv_cache_metrics: false,
             mfu_metrics: false,
             push_histograms: HistogramAggregation::Explicit,
+            engines: 1,
         }
     }
 }
@@ -235,13 +238,14 @@ fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig) -> Instrum
             buckets: &cfg.buckets,
             kv_cache_metrics: cfg.kv_cache_metrics,
             mfu_metrics: cfg.mfu_metrics,
+            engines: cfg.engines,
         },
     );
-    record_cache_config(&instruments, &cfg.cache_info);
-    let info = &cfg.cache_info;
-    instruments
-        .token_load
-        .record_capacity(&instruments.model, info.kv_cache_size_tokens());
+    for engine in &instruments.engines {
+        record_cache_config(&instruments, &engine.model, &cfg.cache_info);
+        let tokens = cfg.cache_info.kv_cache_size_tokens();
+        instruments.token_load.record_capacity(&engine.model, tokens);
+    }
     instruments.record_initial();
     instruments
 }
@@ -284,12 +288,12 @@ pub fn resource(cfg: &TelemetryConfig) -> Resource {
 }
 
 /// `cache_config_info` is an info metric: value 1, facts in the labels, set once.
-fn record_cache_config(instruments: &Instruments, info: &CacheConfigInfo) {
+fn record_cache_config(instruments: &Instruments, model: &[KeyValue; 2], info: &CacheConfigInfo) {
     instruments.engine.cache_config_info.record(
         1,
         &[
-            instruments.model[0].clone(),
-            instruments.model[1].clone(),
+            model[0].clone(),
+            model[1].clone(),
             KeyValue::new("block_size", info.block_size.to_string()),
             KeyValue::new("num_gpu_blocks", info.num_gpu_blocks.to_string()),
             KeyValue::new("num_cpu_blocks", info.num_cpu_blocks.to_string()),

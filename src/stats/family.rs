@@ -208,10 +208,6 @@ pub mod instrumentator {
 /// The `reason` values of `admission_rejections_total` (series created at start).
 pub const ADMISSION_REJECTION_REASONS: [&str; 2] = ["queue_full", "too_long"];
 
-/// The `engine` label of every engine series: vLLM numbers its engine cores from 0 and
-/// kiln runs one engine per process.
-pub const ENGINE_INDEX: &str = "0";
-
 /// `gen_ai.provider.name`: kiln serves its own models.
 pub const GEN_AI_PROVIDER: &str = "kiln";
 

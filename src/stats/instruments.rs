@@ -7,7 +7,7 @@ use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
 use std::sync::Arc;
 
 use super::builder::{InstrumentBuilder, InstrumentsConfig};
-use super::family::{ENGINE_INDEX, GEN_AI_PROVIDER, engine, gen_ai, http, kiln};
+use super::family::{GEN_AI_PROVIDER, engine, gen_ai, http, kiln};
 use super::histogram_store::{HistogramStore, LatencyHistogram};
 use crate::engine::types::{FinishReason, Operation};
 
@@ -77,12 +77,51 @@ pub struct Instruments {
     pub(super) prefix_hit_rate: super::prefix_hit_rate::PrefixHitRate,
     pub(super) kv_offload: super::kv_offload::KvOffloadInstruments,
     pub(super) request_failure: super::request_failure::RequestFailureInstrument,
-    /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
+    /// Engine 0's `[model_name, engine]`, for series recorded outside an engine (grammar
+    /// compiles in the API server; `model[0]` alone where no engine is meant).
     pub(super) model: [KeyValue; 2],
-    /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
-    pub(super) by_reason: [[KeyValue; 3]; 4],
+    /// Each engine's labels, by its index (`--data-parallel-size`).
+    pub(super) engines: Vec<EngineLabels>,
     /// GenAI operation, provider, request and response model, indexed by `operation_index`.
     pub(super) gen_ai_base: [[KeyValue; 4]; 2],
+}
+
+/// The labels of one engine's series.
+pub(super) struct EngineLabels {
+    /// `[model_name, engine]`: the labels of every engine series, as vLLM's.
+    pub model: [KeyValue; 2],
+    /// `[model_name, engine, finished_reason]`, indexed by `reason_index`.
+    pub by_reason: [[KeyValue; 3]; 4],
+}
+
+/// The one place an engine's label set is built: vLLM numbers its engine cores from 0, and
+/// engine `index` of a data-parallel server is `engine="index"`.
+pub(super) fn engine_labels(model_name: &Arc<str>, index: usize) -> EngineLabels {
+    let model = [
+        KeyValue::new("model_name", model_name.clone()),
+        KeyValue::new("engine", index.to_string()),
+    ];
+    let with_reason = |r: FinishReason| {
+        [
+            model[0].clone(),
+            model[1].clone(),
+            KeyValue::new("finished_reason", r.as_str()),
+        ]
+    };
+    let by_reason = [
+        with_reason(FinishReason::Stop),
+        with_reason(FinishReason::Length),
+        with_reason(FinishReason::Abort),
+        with_reason(FinishReason::Error),
+    ];
+    EngineLabels { model, by_reason }
+}
+
+impl Instruments {
+    /// Engine `index`'s labels (engine 0's for an index the server does not run).
+    pub(super) fn engine_labels(&self, index: usize) -> &EngineLabels {
+        self.engines.get(index).unwrap_or(&self.engines[0])
+    }
 }
 
 /// Index into `Instruments::gen_ai_base`.
@@ -109,13 +148,12 @@ impl Instruments {
         let exemplar_store = Arc::new(HistogramStore::default());
         // Arc-backed values: cloning an attribute on the hot path copies a pointer.
         let model_name: Arc<str> = Arc::from(cfg.model_name);
-        let model = [
-            KeyValue::new("model_name", model_name.clone()),
-            KeyValue::new("engine", ENGINE_INDEX),
-        ];
-        // Engine and kiln families carry `model` from start; GenAI and HTTP ones get their
-        // labels from traffic.
-        let b = InstrumentBuilder::new(meter, cfg).with_initial_series(&exemplar_store, &model);
+        let engines: Vec<EngineLabels> = (0..cfg.engines.max(1)).map(|i| engine_labels(&model_name, i)).collect();
+        let models: Vec<[KeyValue; 2]> = engines.iter().map(|e| e.model.clone()).collect();
+        let model = models[0].clone();
+        // Engine and kiln families carry each engine's labels from start; GenAI and HTTP
+        // ones get their labels from traffic.
+        let b = InstrumentBuilder::new(meter, cfg).with_initial_series(&exemplar_store, &models);
         let fixed = b.unprefixed();
         let traffic = fixed.without_initial_series();
         use engine as e;
@@ -164,19 +202,6 @@ impl Instruments {
             request_body_size: traffic.histogram_u64(http::REQUEST_BODY_SIZE),
             response_body_size: traffic.histogram_u64(http::RESPONSE_BODY_SIZE),
         };
-        let with_reason = |r: FinishReason| {
-            [
-                model[0].clone(),
-                model[1].clone(),
-                KeyValue::new("finished_reason", r.as_str()),
-            ]
-        };
-        let by_reason = [
-            with_reason(FinishReason::Stop),
-            with_reason(FinishReason::Length),
-            with_reason(FinishReason::Abort),
-            with_reason(FinishReason::Error),
-        ];
         let gen_ai_attrs = |op: Operation| {
             [
                 KeyValue::new("gen_ai.operation.name", op.as_str()),
@@ -185,7 +210,7 @@ impl Instruments {
                 KeyValue::new("gen_ai.response.model", model_name.clone()),
             ]
         };
-        let prompt_source = super::prompt_source::PromptSourceInstruments::new(&b, &model);
+        let prompt_source = super::prompt_source::PromptSourceInstruments::new(&b);
         Self {
             engine,
             gen_ai,
@@ -201,7 +226,7 @@ impl Instruments {
             request_failure: super::request_failure::RequestFailureInstrument::new(&b),
             exemplar_store,
             model,
-            by_reason,
+            engines,
             gen_ai_base: [gen_ai_attrs(Operation::Chat), gen_ai_attrs(Operation::TextCompletion)],
         }
     }

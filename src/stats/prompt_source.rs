@@ -26,47 +26,40 @@ pub(super) struct PromptSourceInstruments {
     cached_by_source: Counter<u64>,
     waiting_by_reason: Gauge<u64>,
     prefill_kv_computed: Histogram<u64>,
-    /// `[model_name, engine, source]` per `PROMPT_SOURCES`.
-    by_source_attrs: [Vec<KeyValue>; 3],
-    /// `[model_name, engine, source]` per `CACHED_SOURCES`.
-    cached_attrs: [Vec<KeyValue>; 2],
-    /// `[model_name, engine, reason]` per `WAITING_REASONS`.
-    waiting_attrs: [Vec<KeyValue>; 2],
+}
+
+/// `model` (the engine's `[model_name, engine]`) plus one label.
+fn labelled(model: &[KeyValue], key: &'static str, value: &'static str) -> Vec<KeyValue> {
+    let mut attrs = model.to_vec();
+    attrs.push(KeyValue::new(key, value));
+    attrs
 }
 
 impl PromptSourceInstruments {
-    pub(super) fn new(b: &InstrumentBuilder<'_>, model: &[KeyValue]) -> Self {
-        let labelled = |key: &'static str, value: &'static str| {
-            let mut attrs = model.to_vec();
-            attrs.push(KeyValue::new(key, value));
-            attrs
-        };
+    pub(super) fn new(b: &InstrumentBuilder<'_>) -> Self {
         Self {
             by_source: b.counter(specs::PROMPT_TOKENS_BY_SOURCE),
             cached: b.counter(specs::PROMPT_TOKENS_CACHED),
             cached_by_source: b.counter(specs::PROMPT_TOKENS_CACHED_BY_SOURCE),
             waiting_by_reason: b.gauge_u64(specs::NUM_REQUESTS_WAITING_BY_REASON),
             prefill_kv_computed: b.histogram_u64(specs::REQUEST_PREFILL_KV_COMPUTED_TOKENS),
-            by_source_attrs: PROMPT_SOURCES.map(|v| labelled("source", v)),
-            cached_attrs: CACHED_SOURCES.map(|v| labelled("source", v)),
-            waiting_attrs: WAITING_REASONS.map(|v| labelled("reason", v)),
         }
     }
 
     /// One step; adding 0 keeps every series present from the first (initial) step.
     pub(super) fn record_step(&self, model: &[KeyValue], s: &SchedulerStats, it: &IterationStats) {
         let cached = it.num_prompt_tokens_cached.min(it.num_prompt_tokens);
-        let [compute, cache_hit, external] = &self.by_source_attrs;
-        self.by_source.add(it.num_prompt_tokens - cached, compute);
-        self.by_source.add(cached, cache_hit);
-        self.by_source.add(0, external);
+        let [compute, cache_hit, external] = PROMPT_SOURCES.map(|v| labelled(model, "source", v));
+        self.by_source.add(it.num_prompt_tokens - cached, &compute);
+        self.by_source.add(cached, &cache_hit);
+        self.by_source.add(0, &external);
         self.cached.add(cached, model);
-        let [local, transferred] = &self.cached_attrs;
-        self.cached_by_source.add(cached, local);
-        self.cached_by_source.add(0, transferred);
-        let [capacity, deferred] = &self.waiting_attrs;
-        self.waiting_by_reason.record(s.num_waiting as u64, capacity);
-        self.waiting_by_reason.record(0, deferred);
+        let [local, transferred] = CACHED_SOURCES.map(|v| labelled(model, "source", v));
+        self.cached_by_source.add(cached, &local);
+        self.cached_by_source.add(0, &transferred);
+        let [capacity, deferred] = WAITING_REASONS.map(|v| labelled(model, "reason", v));
+        self.waiting_by_reason.record(s.num_waiting as u64, &capacity);
+        self.waiting_by_reason.record(0, &deferred);
         for &computed in &it.prefill_kv_computed_tokens {
             self.prefill_kv_computed.record(computed, model);
         }

@@ -47,12 +47,15 @@ pub(super) struct StructuredOutputInstruments {
     cache_hits: Counter<u64>,
     compile_failures: Counter<u64>,
     mask_duration: Histogram<f64>,
-    /// `[model_name, engine, kind]` per `StructuredOutput::KINDS`.
-    kind_attrs: [Vec<KeyValue>; 6],
-    /// `[model_name, engine, reason]` per `INVALID_REASONS`.
-    invalid_attrs: [Vec<KeyValue>; 3],
     /// `[model_name, engine, reason]` per `COMPILE_FAILURE_REASONS`.
     failure_attrs: [Vec<KeyValue>; 4],
+}
+
+/// `model` (the engine's `[model_name, engine]`) plus one label.
+fn labelled(model: &[KeyValue], key: &'static str, value: &'static str) -> Vec<KeyValue> {
+    let mut attrs = model.to_vec();
+    attrs.push(KeyValue::new(key, value));
+    attrs
 }
 
 impl StructuredOutputInstruments {
@@ -73,16 +76,18 @@ impl StructuredOutputInstruments {
             cache_hits: counter(specs::CACHE_HITS),
             compile_failures: counter(specs::COMPILE_FAILURES),
             mask_duration: hist(specs::MASK_DURATION, &MASK_BUCKETS),
-            kind_attrs: StructuredOutput::KINDS.map(|k| labelled("kind", k)),
-            invalid_attrs: INVALID_REASONS.map(|r| labelled("reason", r)),
             failure_attrs: COMPILE_FAILURE_REASONS.map(|r| labelled("reason", r)),
         }
     }
 
     /// Every counter series at 0, so `rate()` has a baseline before the first constraint.
     pub(super) fn record_initial(&self, model: &[KeyValue]) {
-        self.kind_attrs.iter().for_each(|a| self.requests.add(0, a));
-        self.invalid_attrs.iter().for_each(|a| self.invalid.add(0, a));
+        for kind in StructuredOutput::KINDS {
+            self.requests.add(0, &labelled(model, "kind", kind));
+        }
+        for reason in INVALID_REASONS {
+            self.invalid.add(0, &labelled(model, "reason", reason));
+        }
         self.failure_attrs.iter().for_each(|a| self.compile_failures.add(0, a));
         self.cache_queries.add(0, model);
         self.cache_hits.add(0, model);
@@ -94,8 +99,8 @@ impl StructuredOutputInstruments {
         }
         for finished in &it.finished {
             let Some(kind) = finished.constraint_kind else { continue };
-            if let Some(i) = StructuredOutput::KINDS.iter().position(|&k| k == kind) {
-                self.requests.add(1, &self.kind_attrs[i]);
+            if let Some(&kind) = StructuredOutput::KINDS.iter().find(|&&k| k == kind) {
+                self.requests.add(1, &labelled(model, "kind", kind));
             }
             let reason = match finished.finish_reason {
                 FinishReason::Stop => continue,
@@ -103,7 +108,7 @@ impl StructuredOutputInstruments {
                 FinishReason::Abort => 1,
                 FinishReason::Error => 2,
             };
-            self.invalid.add(1, &self.invalid_attrs[reason]);
+            self.invalid.add(1, &labelled(model, "reason", INVALID_REASONS[reason]));
         }
     }
 

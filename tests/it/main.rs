@@ -14,6 +14,7 @@ mod benchmarks;
 mod chat_templates;
 mod common;
 mod config_errors;
+mod data_parallel;
 mod deploy_manifests;
 mod disconnects;
 mod draining;

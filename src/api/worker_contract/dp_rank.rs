@@ -1,7 +1,8 @@
 //! A request pinned to a data-parallel rank: vllm-router sends `X-data-parallel-rank` to the
 //! ranks `/get_server_info`'s `dp_size` announced, and smg puts `data_parallel_rank` in the
-//! body. kiln runs one engine (rank 0): rank 0 is served, any other is a 400 that names it, so
-//! a router misconfigured for more ranks learns it at once instead of being served by rank 0.
+//! body. A rank the server runs pins the request to that engine; any other is a 400 that
+//! names it, so a router misconfigured for more ranks learns it at once instead of being
+//! served by another engine. The header wins over the body when both are given.
 
 use actix_web::HttpRequest;
 
@@ -9,32 +10,47 @@ use crate::api::errors::ApiError;
 
 pub const RANK_HEADER: &str = "x-data-parallel-rank";
 
-/// Refuses a rank other than 0 in the header or the body (`None`: none in the body).
-pub fn check(req: &HttpRequest, body_rank: Option<i64>) -> Result<(), ApiError> {
-    if let Some(value) = req.headers().get(RANK_HEADER) {
-        let text = value.to_str().unwrap_or("");
-        match text.trim().parse::<i64>() {
-            Ok(0) => {}
-            Ok(rank) => return Err(out_of_range("X-data-parallel-rank", rank)),
-            Err(_) => {
-                return Err(ApiError::invalid(
-                    "X-data-parallel-rank",
-                    format!("`X-data-parallel-rank` must be an integer rank, not {text:?}"),
-                ));
+/// The engine a request is pinned to (`None`: not pinned), from the header or the body's
+/// rank (`body_rank`); a rank outside `0..dp_size` or a header that is no integer is refused.
+pub fn pinned_rank(req: &HttpRequest, body_rank: Option<i64>, dp_size: usize) -> Result<Option<usize>, ApiError> {
+    let header = match req.headers().get(RANK_HEADER) {
+        None => None,
+        Some(value) => {
+            let text = value.to_str().unwrap_or("");
+            match text.trim().parse::<i64>() {
+                Ok(rank) => Some(in_range("X-data-parallel-rank", rank, dp_size)?),
+                Err(_) => {
+                    return Err(ApiError::invalid(
+                        "X-data-parallel-rank",
+                        format!("`X-data-parallel-rank` must be an integer rank, not {text:?}"),
+                    ));
+                }
             }
         }
-    }
-    match body_rank {
-        None | Some(0) => Ok(()),
-        Some(rank) => Err(out_of_range("data_parallel_rank", rank)),
-    }
+    };
+    let body = body_rank
+        .map(|rank| in_range("data_parallel_rank", rank, dp_size))
+        .transpose()?;
+    Ok(header.or(body))
 }
 
-fn out_of_range(param: &str, rank: i64) -> ApiError {
-    ApiError::invalid(
-        param,
-        format!("data-parallel rank {rank} does not exist: this server runs one engine (dp_size 1, rank 0)"),
-    )
+/// Refuses a rank the server does not run (the render endpoints, which run no engine).
+pub fn check(req: &HttpRequest, body_rank: Option<i64>, dp_size: usize) -> Result<(), ApiError> {
+    pinned_rank(req, body_rank, dp_size).map(|_| ())
+}
+
+fn in_range(param: &str, rank: i64, dp_size: usize) -> Result<usize, ApiError> {
+    match usize::try_from(rank) {
+        Ok(rank) if rank < dp_size => Ok(rank),
+        _ => Err(ApiError::invalid(
+            param,
+            format!(
+                "data-parallel rank {rank} does not exist: this server runs {dp_size} engine(s) \
+                 (dp_size {dp_size}, ranks 0 to {})",
+                dp_size - 1
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -46,23 +62,37 @@ mod tests {
     #[test]
     fn rank_zero_or_none_passes_and_any_other_is_named() {
         let plain = TestRequest::default().to_http_request();
-        assert!(check(&plain, None).is_ok());
-        assert!(check(&plain, Some(0)).is_ok());
-        let err = check(&plain, Some(1)).unwrap_err();
+        assert!(check(&plain, None, 1).is_ok());
+        assert!(check(&plain, Some(0), 1).is_ok());
+        let err = check(&plain, Some(1), 1).unwrap_err();
         assert_eq!(err.param(), Some("data_parallel_rank"));
         assert!(err.to_string().contains("rank 1"), "{err}");
         let zero = TestRequest::default()
             .insert_header((RANK_HEADER, "0"))
             .to_http_request();
-        assert!(check(&zero, None).is_ok());
+        assert!(check(&zero, None, 1).is_ok());
         let two = TestRequest::default()
             .insert_header((RANK_HEADER, "2"))
             .to_http_request();
-        assert_eq!(check(&two, None).unwrap_err().param(), Some("X-data-parallel-rank"));
+        assert_eq!(check(&two, None, 1).unwrap_err().param(), Some("X-data-parallel-rank"));
         let junk = TestRequest::default()
             .insert_header((RANK_HEADER, "x"))
             .to_http_request();
-        assert_eq!(check(&junk, None).unwrap_err().param(), Some("X-data-parallel-rank"));
-        assert!(check(&plain, Some(-1)).is_err());
+        assert_eq!(check(&junk, None, 1).unwrap_err().param(), Some("X-data-parallel-rank"));
+        assert!(check(&plain, Some(-1), 1).is_err());
+    }
+
+    #[test]
+    fn a_rank_the_server_runs_pins_the_request_the_header_first() {
+        let plain = TestRequest::default().to_http_request();
+        assert_eq!(pinned_rank(&plain, None, 2).unwrap(), None);
+        assert_eq!(pinned_rank(&plain, Some(1), 2).unwrap(), Some(1));
+        let one = TestRequest::default()
+            .insert_header((RANK_HEADER, "1"))
+            .to_http_request();
+        assert_eq!(pinned_rank(&one, Some(0), 2).unwrap(), Some(1));
+        let err = pinned_rank(&plain, Some(2), 2).unwrap_err();
+        assert!(err.to_string().contains("rank 2"), "{err}");
+        assert!(err.to_string().contains("dp_size 2"), "{err}");
     }
 }

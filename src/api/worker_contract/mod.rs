@@ -1,9 +1,9 @@
 //! The endpoints the routers in front of vLLM and SGLang replicas call on a worker, in the
 //! shapes they parse: vllm-router and SGLang's model gateway (smg) read load, server info and
 //! model info, fan cache flushes out, probe with a generation, and ask for the prompt's token
-//! ids (`/v1/*/render`, which llm-d's endpoint picker calls too). kiln serves one engine, so
-//! every per-rank answer has rank 0 alone (`dp_size` 1), and a request pinned to another rank
-//! is refused ([`dp_rank`]).
+//! ids (`/v1/*/render`, which llm-d's endpoint picker calls too). Per-rank answers list each
+//! engine of a data-parallel server (`dp_size` = `--data-parallel-size`); a request pinned to
+//! a rank runs there, and one pinned to a rank the server lacks is refused ([`dp_rank`]).
 
 pub mod cache;
 pub mod dp_rank;
@@ -22,6 +22,7 @@ use super::openapi::allowed_methods;
 #[derive(Debug, Clone)]
 pub struct WorkerInfo {
     pub block_size: usize,
+    /// Each engine's.
     pub num_gpu_blocks: usize,
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,

@@ -22,7 +22,7 @@ use crate::api::validation::{Body, validate};
 /// The body's prompts as token ids, each with its fitted `max_tokens`: the request goes
 /// through the same validation step as a generation request, so what renders is what runs.
 async fn render<E: Endpoint>(req: &HttpRequest, state: &AppState, request: E::Request) -> Result<Vec<Value>, ApiError> {
-    dp_rank::check(req, request.common().data_parallel_rank)?;
+    dp_rank::check(req, request.common().data_parallel_rank, state.engine.size())?;
     let valid = validate(state, request).await?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let rendered = valid.prompts.into_iter().enumerate().map(|(i, prompt)| {

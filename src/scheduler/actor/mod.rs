@@ -34,6 +34,8 @@ pub struct SchedulerActor {
     kv_events: Option<KvEventSender>,
     /// The timer that calls `step` when the step ahead is due (`StepLoop::ahead_delay`).
     ahead_timer: AheadTimer<SpawnHandle>,
+    /// This engine's index in a data-parallel server (its `engine` label), 0 alone.
+    engine: usize,
 }
 
 impl SchedulerActor {
@@ -47,7 +49,14 @@ impl SchedulerActor {
             closed: false,
             kv_events: None,
             ahead_timer: AheadTimer::default(),
+            engine: 0,
         }
+    }
+
+    /// Runs as engine `index` of a data-parallel server: its stats carry the index.
+    pub fn as_engine(mut self, index: usize) -> Self {
+        self.engine = index;
+        self
     }
 
     /// Publishes the prefix cache's changes through `sender` after every step.
@@ -94,6 +103,7 @@ impl SchedulerActor {
             let returned = act.steps.returned(&mut act.scheduler, &batch, outcome, Instant::now());
             if returned.restarts > 0 {
                 act.stats.do_send(EngineRestarted {
+                    engine: act.engine,
                     restarts: returned.restarts,
                 });
             }
@@ -159,7 +169,11 @@ impl SchedulerActor {
     }
 
     fn record(&self, scheduler: SchedulerStats, iteration: IterationStats) {
-        self.stats.do_send(RecordStep { scheduler, iteration });
+        self.stats.do_send(RecordStep {
+            engine: self.engine,
+            scheduler,
+            iteration,
+        });
     }
 
     /// Ends requests wherever they are. Returns their final events (none for a request that
@@ -259,6 +273,33 @@ impl Handler<GetLoad> for SchedulerActor {
 
     fn handle(&mut self, _: GetLoad, _: &mut Context<Self>) -> Self::Result {
         actix::MessageResult(self.scheduler.make_stats_snapshot())
+    }
+}
+
+/// What the API's engine choice asks each engine about a prompt.
+#[derive(Debug, Message)]
+#[rtype(result = "Placement")]
+pub struct GetPlacement {
+    pub prompt: Arc<[u32]>,
+    pub lora: Option<u32>,
+}
+
+/// One engine's answer: the prompt's tokens it has cached and its load in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub cached_tokens: u64,
+    pub load_tokens: u64,
+}
+
+impl Handler<GetPlacement> for SchedulerActor {
+    type Result = actix::MessageResult<GetPlacement>;
+
+    fn handle(&mut self, msg: GetPlacement, _: &mut Context<Self>) -> Self::Result {
+        let load = self.scheduler.token_load();
+        actix::MessageResult(Placement {
+            cached_tokens: self.scheduler.cached_prefix_tokens(&msg.prompt, msg.lora) as u64,
+            load_tokens: load.running + load.waiting,
+        })
     }
 }
 

@@ -22,6 +22,17 @@ impl Scheduler {
         load
     }
 
+    /// Tokens of `prompt` (under adapter `lora`) this engine's prefix cache holds now, in
+    /// whole blocks: what a data-parallel server compares across its engines.
+    pub fn cached_prefix_tokens(&self, prompt: &[u32], lora: Option<u32>) -> usize {
+        if !self.config.enable_prefix_caching {
+            return 0;
+        }
+        let block_size = self.config.block_size;
+        let hashes = self.config.prefix_hasher.hash_all(prompt, block_size, lora);
+        self.blocks.cached_prefix_blocks(&hashes) * block_size
+    }
+
     /// The tokens a prefix lookup for `request` would reuse now, under the lookup's own rule
     /// (whole blocks of the prompt, at least one token left to compute).
     fn prefix_hit_if_admitted(&self, request: &Request) -> usize {

@@ -143,6 +143,7 @@ fn record(instruments: &Arc<Instruments>, prompt_tokens: u64) {
         let config = StatsActorConfig { log_interval: None };
         let stats = StatsActor::new(Some(instruments), config).start();
         let step = RecordStep {
+            engine: 0,
             scheduler: SchedulerStats {
                 num_running: 2,
                 num_waiting: 1,

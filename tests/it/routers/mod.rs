@@ -8,6 +8,7 @@
 //! `cache_aware` (that replica's `vllm:prefix_cache_hits_total`); a replica killed mid-traffic
 //! costs the clients no more than the counted errors, and is taken back after its restart.
 
+mod data_parallel;
 mod fleet;
 mod fleet_prometheus;
 mod load_aware;
