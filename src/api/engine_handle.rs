@@ -1,12 +1,15 @@
 //! The API's handle on the engine, as TGI's router holds one: submit a request, abort one,
 //! read the load. Handlers see these three verbs, not the scheduler actor behind them.
 
+use std::sync::Arc;
+
 use actix::Addr;
 
 use crate::engine::events::EngineError;
+use crate::engine::lora::LoraAdapter;
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::types::RequestId;
-use crate::scheduler::actor::{GetLoad, ResetPrefixCache, SchedulerActor};
+use crate::scheduler::actor::{GetLoad, LoadLora, ResetPrefixCache, SchedulerActor, UnloadLora};
 use crate::stats::data::SchedulerStats;
 
 #[derive(Clone)]
@@ -38,6 +41,16 @@ impl EngineHandle {
     /// engine no longer runs.
     pub async fn reset_prefix_cache(&self) -> Option<bool> {
         self.scheduler.send(ResetPrefixCache).await.ok()
+    }
+
+    /// Hands a run-time LoRA adapter to the engine; `false` when it no longer runs.
+    pub async fn load_lora(&self, adapter: Arc<LoraAdapter>) -> bool {
+        self.scheduler.send(LoadLora { adapter }).await.is_ok()
+    }
+
+    /// Stops admitting requests under adapter `id` (those queued or running finish).
+    pub async fn unload_lora(&self, id: u32) -> bool {
+        self.scheduler.send(UnloadLora { id }).await.is_ok()
     }
 
     /// The engine's load now; `None` when it no longer runs.
