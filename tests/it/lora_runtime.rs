@@ -87,7 +87,7 @@ fn adapters_load_serve_and_unload_at_run_time() {
         no_weights.join("adapter_config.json"),
     )
     .expect("copy config");
-    // At most two adapters in memory; rank 4 at most (the fixtures: all 4, rs 8, mlp 2).
+    // At most two adapters in memory; rank 4 at most (the fixtures: all 4, mlp 8, rs 2).
     let t = start_model(
         tempfile::tempdir().expect("tempdir"),
         fixture("llama").join("hf"),
@@ -120,7 +120,7 @@ fn adapters_load_serve_and_unload_at_run_time() {
             "has already been loaded",
         ),
         (
-            json!({"lora_name": "big", "lora_path": path("rs")}),
+            json!({"lora_name": "big", "lora_path": path("mlp")}),
             400,
             "--max-lora-rank 4",
         ),
@@ -148,9 +148,9 @@ fn adapters_load_serve_and_unload_at_run_time() {
     }
     assert_eq!(model_ids(&t), [base.clone(), "all".to_string()], "nothing half-loaded");
 
-    let (status, _) = load(&t, "mlp", &path("mlp"));
+    let (status, _) = load(&t, "rs", &path("rs"));
     assert_eq!(status, 200);
-    let (status, text) = load(&t, "third", &path("mlp"));
+    let (status, text) = load(&t, "third", &path("rs"));
     assert_eq!(status, 400, "beyond --max-cpu-loras: {text}");
     assert!(error_message(&text).contains("--max-cpu-loras"), "{text}");
 
@@ -159,16 +159,16 @@ fn adapters_load_serve_and_unload_at_run_time() {
     assert!(error_message(&text).contains("cannot be found"), "{text}");
     let (status, text) = post_text(&t, "/v1/unload_lora_adapter", &json!({}));
     assert_eq!(status, 400, "{text}");
-    let (status, text) = post_text(&t, "/v1/unload_lora_adapter", &json!({"lora_name": "all"}));
+    // vLLM's other spelling: the adapter's id (all was the first loaded: id 1).
+    let (status, text) = post_text(&t, "/v1/unload_lora_adapter", &json!({"lora_int_id": 1}));
     assert_eq!(
         (status, text.as_str()),
         (200, "Success: LoRA adapter 'all' removed successfully.")
     );
-    // vLLM's other spelling: the adapter's id (mlp was the second loaded: id 2).
-    let (status, text) = post_text(&t, "/v1/unload_lora_adapter", &json!({"lora_int_id": 2}));
+    let (status, text) = post_text(&t, "/v1/unload_lora_adapter", &json!({"lora_name": "rs"}));
     assert_eq!(
         (status, text.as_str()),
-        (200, "Success: LoRA adapter 'mlp' removed successfully.")
+        (200, "Success: LoRA adapter 'rs' removed successfully.")
     );
     assert_eq!(model_ids(&t), [base.clone()]);
     let (status, err) = complete(&t, "all");
