@@ -170,7 +170,7 @@ fn adapters_load_serve_and_unload_at_run_time() {
         (status, text.as_str()),
         (200, "Success: LoRA adapter 'rs' removed successfully.")
     );
-    assert_eq!(model_ids(&t), [base.clone()]);
+    assert_eq!(model_ids(&t), std::slice::from_ref(&base));
     let (status, err) = complete(&t, "all");
     assert_eq!(status, 404, "{err}");
     assert_eq!(err["error"]["code"], "model_not_found");
