@@ -301,5 +301,6 @@ pub fn engine_error(error: EngineError) -> ApiError {
             ApiError::ConstraintFailed(format!("{error}; simplify the schema, regex or grammar"))
         }
         EngineError::Unavailable => ApiError::Unavailable(error.to_string()),
+        EngineError::AdapterUnloaded => ApiError::AdapterNotFound(error.to_string()),
     }
 }

@@ -13,9 +13,10 @@ use futures_util::future::join_all;
 
 use super::engine_choice::{EngineFacts, choose};
 use crate::engine::events::EngineError;
+use crate::engine::lora::LoraAdapter;
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::types::RequestId;
-use crate::scheduler::actor::{GetLoad, GetPlacement, ResetPrefixCache, SchedulerActor};
+use crate::scheduler::actor::{GetLoad, GetPlacement, LoadLora, ResetPrefixCache, SchedulerActor, UnloadLora};
 use crate::stats::data::SchedulerStats;
 
 #[derive(Clone)]
@@ -122,6 +123,25 @@ impl EngineHandle {
         answers
             .into_iter()
             .try_fold(true, |all, answer| answer.ok().map(|reset| all && reset))
+    }
+
+    /// Hands a run-time LoRA adapter to every engine; `false` when one no longer runs.
+    pub async fn load_lora(&self, adapter: Arc<LoraAdapter>) -> bool {
+        let asks = self.engines.iter().map(|e| {
+            e.send(LoadLora {
+                adapter: Arc::clone(&adapter),
+            })
+        });
+        join_all(asks).await.iter().all(Result::is_ok)
+    }
+
+    /// Stops admitting requests under adapter `id` on every engine (those queued or running
+    /// finish).
+    pub async fn unload_lora(&self, id: u32) -> bool {
+        join_all(self.engines.iter().map(|e| e.send(UnloadLora { id })))
+            .await
+            .iter()
+            .all(Result::is_ok)
     }
 
     /// Each engine's load now, by index; `None` when one no longer runs.

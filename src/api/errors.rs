@@ -28,6 +28,10 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("The model `{0}` does not exist.")]
     ModelNotFound(String),
+    /// A LoRA adapter the load and unload endpoints cannot find (vLLM's 404 `NotFoundError`),
+    /// or one unloaded before the request reached the engine.
+    #[error("{0}")]
+    AdapterNotFound(String),
     /// Prompt plus `max_tokens` do not fit the model's context window. The error names the
     /// field at fault as the client sent it: the prompt (`prompt` or `messages`) when it alone
     /// is too long, else `max_tokens` or `max_completion_tokens`.
@@ -144,7 +148,7 @@ impl ApiError {
             | ApiError::MethodNotAllowed { .. }
             | ApiError::ConstraintFailed(_)
             | ApiError::RequestTimeout(_) => "invalid_request_error",
-            ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => "not_found_error",
+            ApiError::ModelNotFound(_) | ApiError::AdapterNotFound(_) | ApiError::NotFound { .. } => "not_found_error",
             ApiError::Overloaded { .. } => "rate_limit_exceeded",
             ApiError::EngineError(_) | ApiError::ChatTemplateFailed(_) => "server_error",
             ApiError::Unavailable(_) => "service_unavailable",
@@ -251,7 +255,9 @@ impl ResponseError for ApiError {
             | ApiError::ConstraintFailed(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ApiError::ModelNotFound(_) | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_) | ApiError::AdapterNotFound(_) | ApiError::NotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::EngineError(_) | ApiError::ChatTemplateFailed(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -1,6 +1,7 @@
 //! The HTTP api: thin actix-web handlers over the engine's messages.
 
 pub mod access_log;
+pub mod adapter_catalog;
 pub mod auth;
 pub mod body_deadline;
 pub mod chat;
@@ -16,6 +17,7 @@ pub mod fan_out;
 pub mod generation;
 pub mod json_body;
 pub mod load_header;
+pub mod lora_admin;
 pub mod openai_types;
 pub mod openapi;
 pub mod output_pool;
@@ -68,8 +70,9 @@ pub struct ServedModel {
     pub tool_parser: Option<tool_calls::ToolCallParser>,
     /// What `GET /tokenizer_info` answers (see [`tokenizer_info`]).
     pub tokenizer_config: Arc<serde_json::Value>,
-    /// LoRA adapters requests may name in `model` instead of `name`.
-    pub adapters: Vec<ServedAdapter>,
+    /// LoRA adapters requests may name in `model` instead of `name` (changed at run time by
+    /// `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`).
+    pub adapters: Arc<adapter_catalog::AdapterCatalog>,
 }
 
 /// A LoRA adapter served beside the base model.

@@ -81,10 +81,10 @@ async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> 
 async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     let m = &state.model;
     let base = ModelCard::new(m.name.clone(), m.created, m.max_model_len as u32);
-    let adapters = m.adapters.iter().map(|a| ModelCard {
-        root: a.path.clone(),
+    let adapters = m.adapters.list().into_iter().map(|a| ModelCard {
+        root: a.path,
         parent: Some(m.name.clone()),
-        ..ModelCard::new(a.name.clone(), m.created, m.max_model_len as u32)
+        ..ModelCard::new(a.name, m.created, m.max_model_len as u32)
     });
     HttpResponse::Ok().json(ModelList::new(std::iter::once(base).chain(adapters).collect()))
 }

@@ -61,6 +61,10 @@ pub struct LoraConfig {
     /// Adapters kept in memory (0: --max-loras, vLLM's default); every start-up adapter is kept.
     #[arg(long, env = "KILN_MAX_CPU_LORAS")]
     pub max_cpu_loras: usize,
+    /// Serve `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` (vLLM's
+    /// `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`); needs --enable-lora.
+    #[arg(long, env = "KILN_ALLOW_RUNTIME_LORA_UPDATING")]
+    pub allow_runtime_lora_updating: bool,
 }
 
 impl Default for LoraConfig {
@@ -71,6 +75,7 @@ impl Default for LoraConfig {
             max_loras: 1,
             max_lora_rank: 16,
             max_cpu_loras: 0,
+            allow_runtime_lora_updating: false,
         }
     }
 }
@@ -88,6 +93,9 @@ impl LoraConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.lora_modules.is_empty() && !self.enable_lora {
             return Err(invalid("lora.lora_modules", "needs --enable-lora"));
+        }
+        if self.allow_runtime_lora_updating && !self.enable_lora {
+            return Err(invalid("lora.allow_runtime_lora_updating", "needs --enable-lora"));
         }
         if self.max_loras == 0 {
             return Err(invalid("lora.max_loras", "must be at least 1"));
@@ -164,6 +172,7 @@ mod tests {
             &["--enable-lora", "--lora-modules", "a=/x", "a=/y"],
             &["--enable-lora", "--max-loras", "2", "--max-cpu-loras", "1"],
             &["--enable-lora", "--max-loras", "0"],
+            &["--allow-runtime-lora-updating"],
         ] {
             assert!(resolve(flags).is_err(), "{flags:?} accepted");
         }

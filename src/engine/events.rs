@@ -81,6 +81,9 @@ pub enum EngineError {
     /// The server is shutting down (its grace period is over) or the engine has stopped.
     #[error("the engine is not running: the server is shutting down or stopped")]
     Unavailable,
+    /// The request's LoRA adapter was unloaded before the request reached the engine.
+    #[error("the LoRA adapter this request names has been unloaded")]
+    AdapterUnloaded,
 }
 
 impl EngineError {
@@ -92,6 +95,7 @@ impl EngineError {
             EngineError::Executor(_) => "executor_error",
             EngineError::Grammar(_) => "grammar_error",
             EngineError::Unavailable => "unavailable",
+            EngineError::AdapterUnloaded => "adapter_unloaded",
         }
     }
 }

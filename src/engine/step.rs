@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actix::Message;
 
 use crate::engine::events::{PromptLogprobs, TokenLogprobs};
+use crate::engine::lora::LoraAdapter;
 use crate::engine::sampling_params::SamplingParams;
 use crate::engine::types::RequestId;
 
@@ -55,6 +56,19 @@ pub struct SchedulerOutput {
     /// Device blocks to copy before anything else in the step, as (source, destination)
     /// pairs: the partial prompt block of a choice that forked its sibling's prompt.
     pub copy_blocks: Vec<(u32, u32)>,
+    /// Adapters to install or drop before the step runs, in order (run-time
+    /// `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`): they ride the step stream so
+    /// an adapter is on the executor before the first step that names it, and leaves only
+    /// after the last one.
+    pub lora_changes: Vec<LoraChange>,
+}
+
+/// A change to the executor's adapter set.
+#[derive(Debug, Clone)]
+pub enum LoraChange {
+    Install(Arc<LoraAdapter>),
+    /// Drop the adapter with this id: no queued or running request names it any more.
+    Remove(u32),
 }
 
 impl SchedulerOutput {

@@ -124,6 +124,7 @@ impl ModelRunner {
 
 impl Executor for ModelRunner {
     fn execute(&mut self, batch: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+        self.model.apply_lora_changes(&batch.lora_changes);
         let (swapped_out, swapped_in) = self.swap(batch);
         self.grammars.begin_step();
         let output = match prompt_logprob_passes(&batch.sequences, MAX_PROMPT_LOGPROB_ROWS) {

@@ -15,6 +15,7 @@ use super::lora::{LoraAdapter, LoraRows};
 use super::projection::{Projection, to_host};
 use super::rope::RotaryEmbedding;
 use super::tensor_ops::{TensorOps, rms_norm};
+use crate::engine::step::LoraChange;
 use crate::kernels::attention::{HeadShape, SequenceSpan};
 use crate::kv_cache::backend_ops::KvCacheOps;
 use crate::kv_cache::device_cache::{PagedKvCache, SlotRun, context_slots, slot_runs};
@@ -155,6 +156,19 @@ impl<B: KvCacheOps> Model<B> {
                     .iter()
                     .any(|p| p.packed().is_some())
             })
+    }
+
+    /// Installs and drops run-time adapters, in the order the scheduler sent them.
+    pub fn apply_lora_changes(&mut self, changes: &[LoraChange]) {
+        for change in changes {
+            match change {
+                LoraChange::Install(adapter) => {
+                    self.adapters.retain(|a| a.id != adapter.id);
+                    self.adapters.push(Arc::clone(adapter));
+                }
+                LoraChange::Remove(id) => self.adapters.retain(|a| a.id != *id),
+            }
+        }
     }
 
     /// The adapter with request id `id`.

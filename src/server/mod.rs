@@ -59,6 +59,8 @@ pub struct PreparedEngine<E: Executor> {
     pub other_executors: Vec<E>,
     pub scheduler: SchedulerConfig,
     pub end_of_generation: Vec<u32>,
+    /// Loads adapters at run time (`--allow-runtime-lora-updating`); `None` when off.
+    pub lora_loader: Option<crate::api::lora_admin::LoraLoader>,
 }
 
 /// A started server.
@@ -272,6 +274,7 @@ async fn start_on<E: Executor>(
     let body_timeout = web::Data::new(crate::api::body_deadline::BodyTimeout(Duration::from_secs_f64(
         config.server.request_body_timeout_s,
     )));
+    let lora_loader = prepared.lora_loader.map(web::Data::new);
     let stats_for_http = stats.clone();
     let health_data = web::Data::from(health.clone());
     let access_log = web::Data::new(AccessLogSettings {
@@ -293,6 +296,12 @@ async fn start_on<E: Executor>(
             .app_data(body_timeout.clone())
             .app_data(keys.clone())
             .app_data(worker_info.clone())
+            .configure(|cfg| {
+                if let Some(loader) = &lora_loader {
+                    cfg.app_data(loader.clone());
+                    api::lora_admin::routes(cfg);
+                }
+            })
             .configure(api::routes(metrics_here, tokenizer_info))
             .wrap(actix_web::middleware::from_fn(
                 crate::api::load_header::endpoint_load_metrics,

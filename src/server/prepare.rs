@@ -9,6 +9,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::PreparedEngine;
 use crate::api::ServedModel;
+use crate::api::adapter_catalog::AdapterCatalog;
+use crate::api::lora_admin::LoraLoader;
 use crate::api::tokenizer_info::{TokenizerConfigSource, tokenizer_config};
 use crate::config::{Activations, Config};
 use crate::executor::Executor;
@@ -275,7 +277,7 @@ pub fn prepare_engine<E: Executor>(
                 .tool_call_parser
                 .filter(|_| config.model.enable_auto_tool_choice),
             tokenizer_config: Arc::new(tokenizer_config),
-            adapters: super::lora::served_adapters(&config.lora),
+            adapters: Arc::new(AdapterCatalog::new(super::lora::served_adapters(&config.lora))),
         },
         executor,
         other_executors: Vec::new(),
@@ -308,6 +310,14 @@ pub fn prepare_engine<E: Executor>(
             max_loras: config.lora.max_loras,
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
+        lora_loader: config.lora.allow_runtime_lora_updating.then(|| {
+            LoraLoader::new(
+                files.config.clone(),
+                config.lora.max_lora_rank,
+                config.lora.cpu_loras(),
+                config.lora.lora_modules.len() as u32 + 1,
+            )
+        }),
     })
 }
 

@@ -17,6 +17,9 @@ use crate::kv_cache::residency::ResidencyObservations;
 pub struct SchedulerStats {
     pub num_running: usize,
     pub num_waiting: usize,
+    /// Of the waiting, those whose LoRA adapter finds no slot (`--max-loras`): vLLM's
+    /// `deferred` reason; the rest wait for capacity.
+    pub num_waiting_deferred: usize,
     pub num_swapped: usize,
     /// Device KV blocks in use / all device blocks, 0..1.
     pub kv_cache_usage: f64,

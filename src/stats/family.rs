@@ -175,7 +175,7 @@ pub mod prompt_source {
     pub const PROMPT_TOKENS_BY_SOURCE: Spec = Spec { name: "prompt_tokens_by_source", unit: "{token}", description: "Prompt tokens whose prefill completed, by where their KV came from." };
     pub const PROMPT_TOKENS_CACHED: Spec = Spec { name: "prompt_tokens_cached", unit: "{token}", description: "Prompt tokens served from the prefix cache, once per request." };
     pub const PROMPT_TOKENS_CACHED_BY_SOURCE: Spec = Spec { name: "prompt_tokens_cached_by_source", unit: "{token}", description: "Cached prompt tokens, by the cache they came from." };
-    pub const NUM_REQUESTS_WAITING_BY_REASON: Spec = Spec { name: "num_requests_waiting_by_reason", unit: "{request}", description: "Waiting requests, by why they wait (capacity: KV blocks, batch slots or budget)." };
+    pub const NUM_REQUESTS_WAITING_BY_REASON: Spec = Spec { name: "num_requests_waiting_by_reason", unit: "{request}", description: "Waiting requests, by why they wait (capacity: KV blocks, batch slots or budget; deferred: no slot for the LoRA adapter)." };
     pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: HistogramSpec = HistogramSpec { spec: Spec { name: "request_prefill_kv_computed_tokens", unit: "{token}", description: "Prompt tokens a request's prefill computed (prompt minus cached)." }, buckets: B::TokenCounts };
 }
 

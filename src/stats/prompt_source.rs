@@ -2,7 +2,8 @@
 //! requests wait: `prompt_tokens_by_source_total`, `prompt_tokens_cached_total`,
 //! `prompt_tokens_cached_by_source_total`, `request_prefill_kv_computed_tokens` and
 //! `num_requests_waiting_by_reason`. kiln has no KV transfer, so the `external_kv_transfer`
-//! series stay 0, and every waiting request waits for capacity (none is deferred); the
+//! series stay 0; a waiting request is `deferred` while its LoRA adapter finds no slot
+//! (`--max-loras`), else it waits for `capacity`; the
 //! series exist from the start all the same, as vLLM's do, so dashboards show 0, not "no data".
 
 use opentelemetry::KeyValue;
@@ -58,8 +59,10 @@ impl PromptSourceInstruments {
         self.cached_by_source.add(cached, &local);
         self.cached_by_source.add(0, &transferred);
         let [capacity, deferred] = WAITING_REASONS.map(|v| labelled(model, "reason", v));
-        self.waiting_by_reason.record(s.num_waiting as u64, &capacity);
-        self.waiting_by_reason.record(0, &deferred);
+        let deferred_now = s.num_waiting_deferred.min(s.num_waiting);
+        self.waiting_by_reason
+            .record((s.num_waiting - deferred_now) as u64, &capacity);
+        self.waiting_by_reason.record(deferred_now as u64, &deferred);
         for &computed in &it.prefill_kv_computed_tokens {
             self.prefill_kv_computed.record(computed, model);
         }
@@ -97,6 +100,7 @@ mod tests {
         let t = build_telemetry(&config("vllm:")).unwrap();
         let scheduler = SchedulerStats {
             num_waiting: 3,
+            num_waiting_deferred: 1,
             ..Default::default()
         };
         let iteration = IterationStats {
@@ -124,8 +128,9 @@ mod tests {
             Some(12.0)
         );
         let waiting = "vllm:num_requests_waiting_by_reason";
-        assert_eq!(value(&text, waiting, &[("reason", "capacity")]), Some(3.0));
-        assert_eq!(value(&text, waiting, &[("reason", "deferred")]), Some(0.0));
+        // The reasons sum to the waiting requests: one waits for its adapter's slot.
+        assert_eq!(value(&text, waiting, &[("reason", "capacity")]), Some(2.0));
+        assert_eq!(value(&text, waiting, &[("reason", "deferred")]), Some(1.0));
         assert_eq!(value(&text, "vllm:num_requests_waiting", &[]), Some(3.0));
         let computed = "vllm:request_prefill_kv_computed_tokens";
         assert_eq!(value(&text, &format!("{computed}_count"), &[]), Some(2.0));

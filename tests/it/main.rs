@@ -31,6 +31,7 @@ mod int8_accuracy;
 mod kv_events;
 mod log_injection;
 mod lora;
+mod lora_runtime;
 mod model_formats;
 mod native_histograms;
 mod openai_client;

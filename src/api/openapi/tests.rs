@@ -230,7 +230,7 @@ fn tiny_model() -> ServedModel {
         grammars: None,
         tool_parser: None,
         tokenizer_config: Arc::new(serde_json::json!({})),
-        adapters: Vec::new(),
+        adapters: Default::default(),
     }
 }
 

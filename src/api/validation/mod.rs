@@ -129,11 +129,11 @@ pub struct Checked<O> {
 
 /// A request may name the served model, one of its LoRA adapters (returned) or none;
 /// anything else is 404.
-pub fn check_model<'a>(model: &'a ServedModel, requested: Option<&str>) -> Result<Option<&'a ServedAdapter>, ApiError> {
+pub fn check_model(model: &ServedModel, requested: Option<&str>) -> Result<Option<ServedAdapter>, ApiError> {
     match requested {
         None => Ok(None),
         Some(name) if name == model.name => Ok(None),
-        Some(name) if let Some(adapter) = model.adapters.iter().find(|a| a.name == name) => Ok(Some(adapter)),
+        Some(name) if let Some(adapter) = model.adapters.find(name) => Ok(Some(adapter)),
         Some(name) => {
             // The client's text, escaped (`?`) so that a CR/LF in it cannot forge a log line.
             tracing::debug!(requested_model = ?name, "a request named a model this server does not serve");
@@ -146,7 +146,7 @@ pub fn check_model<'a>(model: &'a ServedModel, requested: Option<&str>) -> Resul
 pub async fn validate<B: Body>(state: &AppState, body: B) -> Result<ValidRequest<B::Output>, ApiError> {
     let model = &state.model;
     let adapter = check_model(model, body.common().model.as_deref())?;
-    let (answer_model, lora) = adapter.map_or_else(|| (model.name.clone(), None), |a| (a.name.clone(), Some(a.id)));
+    let (answer_model, lora) = adapter.map_or_else(|| (model.name.clone(), None), |a| (a.name, Some(a.id)));
     let checked = body.check(model.tool_parser)?;
     sampling::check_logit_bias_ids(&checked.params, model.token_id_bound)?;
     let constraint = constraints::output_constraint(checked.tool_constraint, &checked.constraints)?;

@@ -362,5 +362,8 @@ impl Handler<GetKvEventsSnapshot> for SchedulerActor {
     }
 }
 
+mod lora;
 #[cfg(test)]
 mod tests;
+
+pub use lora::{LoadLora, UnloadLora};

@@ -154,7 +154,7 @@ impl Scheduler {
 
     /// Whether a request under `lora` may join the running ones: the base model always may;
     /// an adapter when one of them runs it already or fewer than `max_loras` adapters run.
-    fn lora_fits(&self, lora: Option<u32>) -> bool {
+    pub(super) fn lora_fits(&self, lora: Option<u32>) -> bool {
         let Some(id) = lora else {
             return true;
         };

@@ -81,6 +81,8 @@ pub struct Scheduler {
     prefix_hits: u64,
     /// Predicts step times for the time budget; learns from the executor's measurements.
     step_time: StepTimeModel,
+    /// Run-time adapter loads and unloads on their way to the executor.
+    loras: lora::LoraChanges,
 }
 
 impl Scheduler {
@@ -112,6 +114,7 @@ impl Scheduler {
             prefix_queries: 0,
             prefix_hits: 0,
             step_time,
+            loras: lora::LoraChanges::default(),
         }
     }
 
@@ -147,6 +150,9 @@ impl Scheduler {
                 needed,
                 available: self.blocks.num_blocks(),
             });
+        }
+        if self.lora_gone(request.lora) {
+            return Err(EngineError::AdapterUnloaded);
         }
         self.waiting.push_back(Request::new(request, now));
         Ok(())
@@ -214,6 +220,7 @@ impl Scheduler {
             }
         }
         out.copy_blocks = self.blocks.take_copies();
+        self.attach_lora_changes(&mut out);
         out
     }
 
@@ -260,6 +267,7 @@ impl Scheduler {
         }
         self.admit_waiting(&mut out, &mut budget, now);
         out.copy_blocks = self.blocks.take_copies();
+        self.attach_lora_changes(&mut out);
         Some(out)
     }
 
@@ -562,6 +570,7 @@ impl Scheduler {
 mod admission;
 mod finish;
 mod kv_events;
+mod lora;
 mod prompt_sharing;
 mod stats;
 #[cfg(test)]

@@ -26,6 +26,7 @@ impl Scheduler {
         SchedulerStats {
             num_running: self.running.len(),
             num_waiting: self.waiting.len(),
+            num_waiting_deferred: self.num_waiting_deferred(),
             num_swapped: self.swapped.len(),
             kv_cache_usage: self.blocks.usage(),
             cpu_cache_usage: self.blocks.cpu_usage(),
@@ -39,6 +40,7 @@ impl Scheduler {
         SchedulerStats {
             num_running: self.running.len(),
             num_waiting: self.waiting.len(),
+            num_waiting_deferred: self.num_waiting_deferred(),
             num_swapped: self.swapped.len(),
             kv_cache_usage: self.blocks.usage(),
             cpu_cache_usage: self.blocks.cpu_usage(),

@@ -46,6 +46,10 @@ fn a_step_runs_at_most_max_loras_adapters_and_the_others_wait() {
             assert_eq!(q.lora, loras[i], "{} runs under its own adapter", q.id);
             seen.insert(q.id.clone());
         }
+        if first_step.is_none() {
+            // r2 and r5 (adapter 3) wait for a slot: vLLM's `deferred` reason.
+            assert_eq!(s.make_stats_snapshot().num_waiting_deferred, 2);
+        }
         first_step.get_or_insert_with(|| {
             let mut ids: Vec<String> = batch.sequences.iter().map(|q| q.id.clone()).collect();
             ids.sort();
@@ -105,4 +109,71 @@ fn a_prefix_computed_under_one_adapter_is_reused_only_under_the_same_adapter() {
     );
     assert_eq!(cached_tokens(&mut s, &mut fake, under("e", Some(2), 13, 1)), 12);
     assert_eq!(cached_tokens(&mut s, &mut fake, under("f", None, 13, 1)), 12);
+}
+
+/// A tiny adapter for the change messages (the fake executor never reads its deltas).
+fn adapter(id: u32) -> std::sync::Arc<crate::engine::lora::LoraAdapter> {
+    std::sync::Arc::new(crate::engine::lora::LoraAdapter {
+        id,
+        name: format!("a{id}"),
+        path: std::path::PathBuf::new(),
+        rank: 1,
+        base_model_name_or_path: None,
+        layers: Vec::new(),
+    })
+}
+
+/// What each step tells the executor about adapters: `(+id)` installs, `(-id)` drops.
+fn changes(batch: &crate::engine::step::SchedulerOutput) -> Vec<i64> {
+    use crate::engine::step::LoraChange;
+    batch
+        .lora_changes
+        .iter()
+        .map(|c| match c {
+            LoraChange::Install(a) => i64::from(a.id),
+            LoraChange::Remove(id) => -i64::from(*id),
+        })
+        .collect()
+}
+
+/// A run-time adapter reaches the executor with the first step after its load; unloaded
+/// while a request runs under it, the request keeps running under it to its end, the
+/// adapter leaves the executor only with the step after, and a new request naming it is
+/// refused.
+#[test]
+fn an_unloaded_adapter_stays_until_its_requests_finish() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    s.load_lora(adapter(7));
+    s.add(under("r", Some(7), 4, 5), Instant::now()).expect("admitted");
+    let mut seen = Vec::new();
+    let mut steps = 0;
+    while s.has_work() {
+        steps += 1;
+        let batch = s.schedule(Instant::now());
+        seen.push(changes(&batch));
+        assert!(
+            batch.sequences.iter().all(|q| q.lora == Some(7)),
+            "r runs under adapter 7"
+        );
+        if steps == 2 {
+            s.unload_lora(7);
+            let refused = s.add(under("late", Some(7), 4, 5), Instant::now());
+            assert!(
+                matches!(refused, Err(crate::engine::events::EngineError::AdapterUnloaded)),
+                "{refused:?}"
+            );
+        }
+        let out = fake.execute(&batch).expect("fake runs");
+        s.update_from_output(&batch, out, Instant::now());
+    }
+    assert!(steps >= 3, "r ran past the unload ({steps} steps)");
+    assert_eq!(seen[0], [7], "installed with the first step");
+    assert!(
+        seen[1..].iter().all(Vec::is_empty),
+        "{seen:?}: nothing dropped while r runs"
+    );
+    s.add(under("base", None, 4, 1), Instant::now()).expect("admitted");
+    let next = s.schedule(Instant::now());
+    assert_eq!(changes(&next), [-7], "dropped with the first step after r");
 }

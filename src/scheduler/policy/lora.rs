@@ -1,0 +1,69 @@
+//! Run-time adapter changes as the scheduler sees them: an adapter loaded while the server
+//! runs is sent to the executor with the next step; one unloaded leaves the executor only
+//! once no queued, running or swapped request names it (requests in flight finish under the
+//! adapter they started with), and later requests that still name it are refused.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::Scheduler;
+use crate::engine::lora::LoraAdapter;
+use crate::engine::step::{LoraChange, SchedulerOutput};
+
+/// Changes not yet sent to the executor, and the adapters on their way out.
+#[derive(Debug, Default)]
+pub(super) struct LoraChanges {
+    /// For the next step that runs anything, in order.
+    pending: Vec<LoraChange>,
+    /// Unloaded, still named by a request the scheduler holds.
+    draining: BTreeSet<u32>,
+    /// Unloaded: a new request naming one of these is refused (ids are never reused).
+    gone: BTreeSet<u32>,
+}
+
+impl Scheduler {
+    /// Sends `adapter` to the executor with the next step.
+    pub fn load_lora(&mut self, adapter: Arc<LoraAdapter>) {
+        self.loras.gone.remove(&adapter.id);
+        self.loras.draining.remove(&adapter.id);
+        self.loras.pending.push(LoraChange::Install(adapter));
+    }
+
+    /// Refuses new requests under adapter `id`; the executor drops it once the requests that
+    /// name it have finished.
+    pub fn unload_lora(&mut self, id: u32) {
+        self.loras.gone.insert(id);
+        self.loras.draining.insert(id);
+    }
+
+    /// Waiting requests whose adapter finds no slot among the running ones (`--max-loras`).
+    pub(super) fn num_waiting_deferred(&self) -> usize {
+        self.waiting.iter().filter(|r| !self.lora_fits(r.lora)).count()
+    }
+
+    /// Whether adapter `id` has been unloaded (new requests naming it are refused).
+    pub(super) fn lora_gone(&self, lora: Option<u32>) -> bool {
+        lora.is_some_and(|id| self.loras.gone.contains(&id))
+    }
+
+    /// Hands the pending changes to a step that runs something (an empty step is not sent),
+    /// with a removal for each draining adapter no request names any more.
+    pub(super) fn attach_lora_changes(&mut self, out: &mut SchedulerOutput) {
+        if out.sequences.is_empty() {
+            return;
+        }
+        let named: BTreeSet<u32> = self
+            .running
+            .iter()
+            .chain(&self.waiting)
+            .chain(&self.swapped)
+            .filter_map(|r| r.lora)
+            .collect();
+        let idle: Vec<u32> = self.loras.draining.difference(&named).copied().collect();
+        for id in idle {
+            self.loras.draining.remove(&id);
+            self.loras.pending.push(LoraChange::Remove(id));
+        }
+        out.lora_changes.append(&mut self.loras.pending);
+    }
+}
