@@ -54,6 +54,8 @@ pub struct PreparedEngine<E: Executor> {
     pub executor: E,
     pub scheduler: SchedulerConfig,
     pub end_of_generation: Vec<u32>,
+    /// What the executor's memory holds, for `kiln_memory_bytes` (zeros for test executors).
+    pub memory: Arc<crate::engine::memory::MemoryFootprint>,
 }
 
 /// A started server.
@@ -186,6 +188,7 @@ async fn start_on<E: Executor>(
             num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
             enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
             max_model_len: prepared.scheduler.max_model_len as u64,
+            cache_dtype: config.engine.kv_cache_dtype.name().to_owned(),
         },
         kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
         mfu_metrics: prepared.scheduler.step_cost.is_some(),
@@ -194,6 +197,7 @@ async fn start_on<E: Executor>(
     let telemetry = build_telemetry_with_readers(&telemetry_config, push_readers)?;
     telemetry.count_otlp_metric_exports(metric_exports);
     crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &health);
+    crate::stats::memory::register_memory(&telemetry, &prepared.memory, crate::model::DEVICE_NAME);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
@@ -240,6 +244,7 @@ async fn start_on<E: Executor>(
         max_waiting: config.engine.max_waiting,
         enable_prefix_caching: config.engine.enable_prefix_caching,
         prefix_caching_hash_algo: hash_algo.name(),
+        kv_cache_dtype: config.engine.kv_cache_dtype.resolved().name(),
         kv_events_endpoint: config.kv_events.publishes().then(|| config.kv_events.endpoint.clone()),
     });
     let body_limit = config.server.max_request_body_bytes;

@@ -19,7 +19,7 @@ use crate::kernels::dispatch::{int8_kernel_name, int8_vnni_on};
 use crate::kernels::matmul::INT8_MIN_TOKENS;
 use crate::kv_cache::block::hash::{BlockHasher, PrefixCachingHashAlgo};
 use crate::kv_cache::capacity::context_length;
-use crate::kv_cache::device_cache::CacheGeometry;
+use crate::kv_cache::device_cache::{CacheGeometry, storage_dtype};
 use crate::model::chat_template::source::choose_chat_template;
 use crate::model::chat_template::{ChatTemplate, RenderLimits};
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model, ensure_model};
@@ -77,6 +77,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     spinner.finish_and_clear();
 
     let sizing = CacheSizing::new(config, &files.config)?;
+    let kv_dtype = storage_dtype(config.engine.kv_cache_dtype);
     let geometry = CacheGeometry {
         num_layers: files.config.num_layers,
         num_blocks: sizing.num_gpu_blocks,
@@ -89,6 +90,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         tokens = sizing.num_gpu_blocks * config.engine.block_size,
         mib = (sizing.num_gpu_blocks as u64 * sizing.bytes_per_block) >> 20,
         host_blocks = sizing.num_cpu_blocks,
+        dtype = config.engine.kv_cache_dtype.resolved().name(),
         "KV cache"
     );
     let served_name = if config.server.served_model_name.is_empty() {
@@ -104,11 +106,14 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         anyhow::bail!("a LoRA adapter is named {served_name}, the served model's name");
     }
     llama.adapters = super::lora::load_adapters(&config.lora, &files.config, &served_name)?;
-    let executor = ModelRunner::new(llama, geometry, sizing.num_cpu_blocks)
+    let executor = ModelRunner::new(llama, geometry, kv_dtype, sizing.num_cpu_blocks)
         .computing_activations_in(activations)
         .sampling_only_below(token_id_bound(&files.tokenizer))
         .ending_generation_on(files.special_tokens.end_of_generation.clone());
-    prepare_engine(config, files, served_name, executor)
+    let memory = executor.memory();
+    let mut prepared = prepare_engine(config, files, served_name, executor)?;
+    prepared.memory = memory;
+    Ok(prepared)
 }
 
 /// Whether an adapter takes the served model's own name (requests could not tell them apart).
@@ -175,10 +180,11 @@ pub struct CacheSizing {
 }
 
 impl CacheSizing {
-    /// From `engine.kv_cache_memory` (or the override) and `engine.swap_space_gib`, at f32.
+    /// From `engine.kv_cache_memory` (or the override) and `engine.swap_space_gib`, at the
+    /// size of `engine.kv_cache_dtype`: a 16-bit cache holds twice the blocks of an f32 one.
     pub fn new(config: &Config, model: &crate::model::config::ModelConfig) -> anyhow::Result<Self> {
         let e = &config.engine;
-        let bytes_per_block = (e.block_size * model.kv_bytes_per_token(4)) as u64;
+        let bytes_per_block = (e.block_size * model.kv_bytes_per_token(e.kv_cache_dtype.bytes())) as u64;
         let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
             e.num_gpu_blocks_override
         } else {
@@ -293,6 +299,7 @@ pub fn prepare_engine<E: Executor>(
             max_loras: config.lora.max_loras,
         },
         end_of_generation: files.special_tokens.end_of_generation.clone(),
+        memory: Arc::default(),
     })
 }
 

@@ -30,6 +30,7 @@ mod int8_accuracy;
 mod kv_events;
 mod log_injection;
 mod lora;
+mod memory_metrics;
 mod model_formats;
 mod native_histograms;
 mod openai_client;
