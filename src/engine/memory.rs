@@ -19,7 +19,7 @@ impl MemoryComponent {
         match self {
             Self::Weights => "weights",
             Self::KvCache => "kv_cache",
-            Self::HostSwapPool => "host_swap_pool",
+            Self::HostSwapPool => "host_swap",
         }
     }
 }

@@ -126,7 +126,7 @@ pub mod kiln {
     pub const STEP_DURATION: Spec = spec("kiln_step_duration", "s", "Wall time the executor spent on one engine step (forward pass and sampling).");
     pub const OTLP_METRIC_EXPORTS: Spec = spec("kiln_otlp_metric_exports", "{export}", "OTLP metric exports (pushes to the collector), by result: success or failure.");
     // Unit `By`: exposed as `kiln_memory_bytes`; labels component and device, no model_name.
-    pub const MEMORY: Spec = spec("kiln_memory", "By", "Bytes held, by component (weights, kv_cache, host_swap_pool, scratch) and device.");
+    pub const MEMORY: Spec = spec("kiln_memory", "By", "Bytes held, by component (weights, kv_cache, host_swap, scratch) and device.");
 }
 
 /// GenAI semantic-convention instruments (no prefix).

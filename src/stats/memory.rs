@@ -69,9 +69,9 @@ mod tests {
         };
         assert_eq!(read("weights"), Some(1234.0));
         assert_eq!(read("kv_cache"), Some(1048576.0));
-        assert_eq!(read("host_swap_pool"), Some(0.0));
+        assert_eq!(read("host_swap"), Some(0.0));
         footprint.set(MemoryComponent::HostSwapPool, 4096);
-        assert_eq!(read("host_swap_pool"), Some(4096.0));
+        assert_eq!(read("host_swap"), Some(4096.0));
         assert!(read("scratch").is_some());
     }
 }
