@@ -81,6 +81,9 @@ pub struct Args {
     /// the server's.
     #[arg(long)]
     pub max_step_ms: Option<f64>,
+    /// How the KV cache stores K and V (as `kiln serve --kv-cache-dtype`).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kv_cache_dtype: kiln::config::KvCacheDtype,
 }
 
 impl Args {
@@ -89,6 +92,7 @@ impl Args {
         c.model.dequantize_weights = self.dequantize_weights;
         c.engine.cpu_kernels = self.cpu_kernels;
         c.engine.cpu_activations = self.cpu_activations;
+        c.engine.kv_cache_dtype = self.kv_cache_dtype;
         c.engine.async_scheduling = !self.sync_scheduling;
         if let Some(ms) = self.max_step_ms {
             c.scheduler.max_step_ms = ms;

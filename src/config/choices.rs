@@ -85,6 +85,51 @@ pub enum Activations {
     Int8,
 }
 
+/// How the KV cache stores K and V (`engine.kv_cache_dtype`, `--kv-cache-dtype`; vLLM's
+/// names). Values are written in this type and widened to f32 inside the attention kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheDtype {
+    /// float32 for now: the 16-bit forms keep greedy parity but move first-step logits by up
+    /// to 8e-3 (SmolLM2) against the parity tests' 1e-3 bound (docs/02).
+    #[default]
+    Auto,
+    /// bfloat16: f32's range with 8 bits of precision.
+    Bfloat16,
+    /// IEEE half precision: 11 bits of precision, values up to 65504.
+    Float16,
+    /// Full precision, twice the memory.
+    Float32,
+}
+
+impl KvCacheDtype {
+    /// `auto` made concrete.
+    pub fn resolved(self) -> Self {
+        match self {
+            Self::Auto => Self::Float32,
+            chosen => chosen,
+        }
+    }
+
+    /// Bytes of one stored value.
+    pub fn bytes(self) -> usize {
+        match self.resolved() {
+            Self::Float32 => 4,
+            _ => 2,
+        }
+    }
+
+    /// The setting's name, as vLLM spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Bfloat16 => "bfloat16",
+            Self::Float16 => "float16",
+            Self::Float32 => "float32",
+        }
+    }
+}
+
 /// How `auto` tool calls are read from the model's text (`model.tool_call_parser`,
 /// `--tool-call-parser`; vLLM's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]

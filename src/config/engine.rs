@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::bytes::parse_bytes;
-use super::choices::{Activations, CpuKernels, PreemptionMode, PrefixCachingHashAlgo};
+use super::choices::{Activations, CpuKernels, KvCacheDtype, PreemptionMode, PrefixCachingHashAlgo};
 use super::{ConfigError, invalid};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, clap::Args)]
@@ -13,9 +13,13 @@ pub struct EngineConfig {
     /// Tokens per KV-cache block (a power of two).
     #[arg(long, env = "KILN_BLOCK_SIZE")]
     pub block_size: usize,
-    /// Memory for the KV cache, e.g. 1GiB; sets the number of blocks.
-    #[arg(long, env = "KILN_KV_CACHE_MEMORY")]
+    /// Memory for the KV cache, e.g. 1GiB; sets the number of blocks (vLLM's
+    /// --kv-cache-memory-bytes is the same flag).
+    #[arg(long, env = "KILN_KV_CACHE_MEMORY", visible_alias = "kv-cache-memory-bytes")]
     pub kv_cache_memory: String,
+    /// How K and V are stored: auto (float32), bfloat16, float16 (half the memory) or float32.
+    #[arg(long, env = "KILN_KV_CACHE_DTYPE", value_enum)]
+    pub kv_cache_dtype: KvCacheDtype,
     /// Use exactly this many KV blocks per engine (0: derive from --kv-cache-memory).
     #[arg(long, env = "KILN_NUM_GPU_BLOCKS_OVERRIDE")]
     pub num_gpu_blocks_override: usize,
@@ -77,6 +81,7 @@ impl Default for EngineConfig {
         Self {
             block_size: 16,
             kv_cache_memory: "1GiB".into(),
+            kv_cache_dtype: KvCacheDtype::Auto,
             num_gpu_blocks_override: 0,
             data_parallel_size: 1,
             max_num_seqs: 32,

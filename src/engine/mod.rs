@@ -4,6 +4,7 @@ pub mod events;
 pub mod health;
 pub mod intervals;
 pub mod lora;
+pub mod memory;
 pub mod messages;
 pub mod request;
 pub mod sampling_params;

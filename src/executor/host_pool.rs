@@ -2,12 +2,18 @@
 //! by swapping, and copied back when it resumes. Indexed by the block manager's host ids.
 
 use crate::kv_cache::backend_ops::KvCacheOps;
-use crate::kv_cache::device_cache::PagedKvCache;
+use crate::kv_cache::device_cache::{HostBlock, PagedKvCache};
 
-/// Host copies of swapped-out blocks; a slot holds one block's K and V for every layer.
+/// Host copies of swapped-out blocks; a slot holds one block's K and V for every layer, in
+/// the cache's dtype.
 #[derive(Debug, Default)]
 pub struct HostKvPool {
-    blocks: Vec<Option<Vec<f32>>>,
+    blocks: Vec<Option<HostBlock>>,
+}
+
+/// Bytes of one host block's values.
+fn host_bytes(block: &HostBlock) -> u64 {
+    block.iter().map(|t| t.as_bytes().len() as u64).sum()
 }
 
 impl HostKvPool {
@@ -23,7 +29,7 @@ impl HostKvPool {
         for &(device, host) in pairs {
             if let Some(slot) = self.blocks.get_mut(host as usize) {
                 let data = cache.read_blocks(&[device]);
-                bytes += std::mem::size_of_val(data.as_slice()) as u64;
+                bytes += host_bytes(&data);
                 *slot = Some(data);
             }
         }
@@ -37,7 +43,7 @@ impl HostKvPool {
         for &(host, device) in pairs {
             if let Some(data) = self.blocks.get_mut(host as usize).and_then(Option::take) {
                 cache.write_blocks(&[device], &data);
-                bytes += std::mem::size_of_val(data.as_slice()) as u64;
+                bytes += host_bytes(&data);
             }
         }
         bytes
@@ -52,6 +58,11 @@ impl HostKvPool {
     pub fn num_occupied(&self) -> usize {
         self.blocks.iter().filter(|b| b.is_some()).count()
     }
+
+    /// Bytes the host copies hold now.
+    pub fn size_bytes(&self) -> u64 {
+        self.blocks.iter().flatten().map(host_bytes).sum()
+    }
 }
 
 #[cfg(test)]
@@ -62,7 +73,8 @@ mod tests {
     use burn::tensor::{Tensor, TensorData};
 
     #[test]
-    fn blocks_survive_a_round_trip_through_the_host() {
+    fn blocks_survive_a_round_trip_through_the_host_in_every_dtype() {
+        use burn::tensor::DType;
         let device = Default::default();
         let geometry = CacheGeometry {
             num_layers: 2,
@@ -70,26 +82,38 @@ mod tests {
             block_size: 2,
             kv_dim: 3,
         };
-        let mut cache = PagedKvCache::<Flex>::new(geometry, &device);
-        let rows = |offset: f32| {
-            Tensor::<Flex, 2>::from_data(
-                TensorData::new((0..6).map(|v| v as f32 + offset).collect::<Vec<_>>(), [2, 3]),
-                &device,
-            )
-        };
-        let run = [SlotRun {
-            token_row: 0,
-            first_slot: 2,
-            len: 2,
-        }]; // block 1
-        cache.write(0, &run, rows(0.0), rows(100.0));
-        cache.write(1, &run, rows(200.0), rows(300.0));
-        let before = cache.read_blocks(&[1]);
-        let mut pool = HostKvPool::new(2);
-        pool.swap_out(&cache, &[(1, 0)]);
-        assert_eq!(pool.num_occupied(), 1);
-        pool.swap_in(&mut cache, &[(0, 3)]);
-        assert_eq!(cache.read_blocks(&[3]), before);
-        assert_eq!(pool.num_occupied(), 0);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let mut cache = PagedKvCache::<Flex>::new(geometry, dtype, &device);
+            let rows = |offset: f32| {
+                Tensor::<Flex, 2>::from_data(
+                    TensorData::new((0..6).map(|v| v as f32 + offset).collect::<Vec<_>>(), [2, 3]),
+                    &device,
+                )
+            };
+            let run = [SlotRun {
+                token_row: 0,
+                first_slot: 2,
+                len: 2,
+            }]; // block 1
+            cache.write(0, &run, rows(0.0), rows(100.0));
+            cache.write(1, &run, rows(200.0), rows(300.0));
+            let before = cache.read_blocks(&[1]);
+            let mut pool = HostKvPool::new(2);
+            // Two layers, K and V, two tokens of three values: 24 values at the dtype's size.
+            let bytes = pool.swap_out(&cache, &[(1, 0)]);
+            assert_eq!(bytes, 24 * dtype.size() as u64, "{dtype:?}");
+            assert_eq!(bytes, geometry.block_bytes(dtype));
+            assert_eq!(pool.size_bytes(), bytes);
+            assert_eq!(pool.num_occupied(), 1);
+            pool.swap_in(&mut cache, &[(0, 3)]);
+            assert_eq!(cache.read_blocks(&[3]), before, "{dtype:?}");
+            assert_eq!(pool.num_occupied(), 0);
+            assert_eq!(pool.size_bytes(), 0);
+            // Read back widened: small integers are exact in every dtype.
+            let slots = Tensor::from_data(TensorData::new(vec![6i64, 7], [2]), &device);
+            let (k, _) = cache.gather(0, slots);
+            let k = k.into_data().into_vec::<f32>().expect("widened to f32");
+            assert_eq!(k, (0..6).map(|v| v as f32).collect::<Vec<_>>(), "{dtype:?}");
+        }
     }
 }

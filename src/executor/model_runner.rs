@@ -13,10 +13,13 @@ use super::prompt_logprobs::{
 use super::sampler::{SamplingContext, apply_token_mask, sample, token_rng};
 use std::time::Instant;
 
+use crate::engine::memory::{MemoryComponent, MemoryFootprint};
 use crate::engine::step::{ExecutorError, KvTransfer, ModelOutput, ScheduledSequence, SchedulerOutput};
 use crate::kv_cache::device_cache::{CacheGeometry, PagedKvCache};
 use crate::model::Backend;
 use crate::model::transformer::{Model, SequenceBatch};
+use burn::tensor::DType;
+use std::sync::Arc;
 
 pub struct ModelRunner {
     model: Model<Backend>,
@@ -33,22 +36,33 @@ pub struct ModelRunner {
     /// The activations' precision of this runner's matmuls (`--cpu-activations`); `None`:
     /// the process's setting.
     activations: Option<Activations>,
+    /// What the weights, the caches and the kernels' scratch hold, for `/metrics`.
+    memory: Arc<MemoryFootprint>,
 }
 
 impl ModelRunner {
-    /// `host_blocks`: size of the swap pool (0: no swapping).
-    pub fn new(model: Model<Backend>, geometry: CacheGeometry, host_blocks: usize) -> Self {
-        let cache = PagedKvCache::new(geometry, &model.device);
+    /// `host_blocks`: size of the swap pool (0: no swapping); K and V stored as `dtype`.
+    pub fn new(model: Model<Backend>, geometry: CacheGeometry, dtype: DType, host_blocks: usize) -> Self {
+        let cache = PagedKvCache::new(geometry, dtype, &model.device);
+        let memory = Arc::new(MemoryFootprint::default());
+        memory.set(MemoryComponent::Weights, model.weight_bytes());
+        memory.set(MemoryComponent::KvCache, cache.size_bytes());
         Self {
             model,
             cache,
             host: HostKvPool::new(host_blocks),
+            memory,
             rng: StdRng::from_os_rng(),
             sampleable_vocab: usize::MAX,
             grammars: GrammarStates::default(),
             end_of_generation: Vec::new(),
             activations: None,
         }
+    }
+
+    /// The memory gauge's shared counts (the server registers it on `/metrics`).
+    pub fn memory(&self) -> Arc<MemoryFootprint> {
+        Arc::clone(&self.memory)
     }
 
     /// Runs this runner's matmuls with `mode`'s activations (tests compare modes in one
@@ -91,6 +105,9 @@ impl ModelRunner {
         };
         let out = timed(&mut || self.host.swap_out(&self.cache, &batch.swap_out));
         let back = timed(&mut || self.host.swap_in(&mut self.cache, &batch.swap_in));
+        if out.bytes > 0 || back.bytes > 0 {
+            self.memory.set(MemoryComponent::HostSwapPool, self.host.size_bytes());
+        }
         (out, back)
     }
 
@@ -143,16 +160,19 @@ impl Executor for ModelRunner {
         let geometry = self.cache.geometry();
         // The old cache goes first (a layerless cache holds no tensors), so a restart never
         // needs the memory of two caches.
+        let dtype = self.cache.dtype();
         self.cache = PagedKvCache::new(
             CacheGeometry {
                 num_layers: 0,
                 ..geometry
             },
+            dtype,
             &self.model.device,
         );
         self.host.clear();
+        self.memory.set(MemoryComponent::HostSwapPool, 0);
         self.grammars.clear();
-        self.cache = PagedKvCache::new(geometry, &self.model.device);
+        self.cache = PagedKvCache::new(geometry, dtype, &self.model.device);
     }
 }
 

@@ -88,7 +88,7 @@ fn gemm_panels(x: &[f32], tokens: usize, w: &PackedMatrix) -> Vec<f32> {
     let (k, n_total) = (w.cols, w.rows);
     (0..w.rows.div_ceil(GEMM_PANEL)).into_par_iter().for_each(|p| {
         PANEL_SCRATCH.with_borrow_mut(|panel| {
-            panel.resize(GEMM_PANEL * k, 0.0);
+            super::scratch::resize_counted(panel, GEMM_PANEL * k, 0.0);
             let rows = p * GEMM_PANEL..((p + 1) * GEMM_PANEL).min(n_total);
             let n = rows.len();
             for (i, r) in rows.clone().enumerate() {

@@ -17,6 +17,7 @@ pub mod int8;
 pub mod matmul;
 pub mod packed;
 mod repack;
+pub mod scratch;
 mod strided_gemm;
 #[cfg(test)]
 mod test_blocks;

@@ -47,7 +47,7 @@ pub(super) fn matmul_token_lanes(path: KernelPath, x: &[f32], tokens: usize, w: 
     };
     (0..w.rows.div_ceil(PANEL_ROWS)).into_par_iter().for_each(|p| {
         PANEL.with_borrow_mut(|panel| {
-            panel.resize(PANEL_ROWS * k, 0.0);
+            super::scratch::resize_counted(panel, PANEL_ROWS * k, 0.0);
             let rows = p * PANEL_ROWS..((p + 1) * PANEL_ROWS).min(w.rows);
             for (i, r) in rows.clone().enumerate() {
                 widen_row_on(path, w, r, &mut panel[i * k..(i + 1) * k]);

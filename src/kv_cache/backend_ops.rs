@@ -36,8 +36,12 @@ pub trait KvCacheOps: Backend {
     }
 }
 
-/// The portable path: one `slice_assign` per run.
+/// The portable path: one `slice_assign` per run (rows cast to the cache's dtype first).
 pub fn write_rows_sliced<B: Backend>(mut cache: Tensor<B, 2>, runs: &[SlotRun], rows: Tensor<B, 2>) -> Tensor<B, 2> {
+    let rows = match cache.dtype() {
+        dtype if dtype == rows.dtype() => rows,
+        dtype => rows.cast(dtype),
+    };
     for run in runs {
         let src = run.token_row..run.token_row + run.len;
         let dst = run.first_slot..run.first_slot + run.len;
@@ -55,26 +59,27 @@ impl KvCacheOps for burn::backend::Cuda {
 
 impl KvCacheOps for burn::backend::Flex {
     fn write_rows(cache: Tensor<Self, 2>, runs: &[SlotRun], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
-        use burn::tensor::TensorPrimitive;
+        use burn::tensor::{DType, TensorPrimitive};
+        use half::{bf16, f16};
         let [_, width] = cache.dims();
-        let Ok(src) = rows.clone().into_data().into_vec::<f32>() else {
-            return write_rows_sliced(cache, runs, rows);
-        };
         let TensorPrimitive::Float(mut primitive) = cache.into_primitive() else {
             unreachable!("the KV cache is a float tensor")
         };
         let whole_buffer = primitive.is_contiguous() && primitive.layout().start_offset() == 0;
-        match primitive.try_storage_mut::<f32>() {
-            Some(dst) if whole_buffer => {
-                for run in runs {
-                    let from = run.token_row * width;
-                    let to = run.first_slot * width;
-                    let n = run.len * width;
-                    dst[to..to + n].copy_from_slice(&src[from..from + n]);
-                }
-                Tensor::from_primitive(TensorPrimitive::Float(primitive))
-            }
-            _ => write_rows_sliced(Tensor::from_primitive(TensorPrimitive::Float(primitive)), runs, rows),
+        // The new rows converted to the stored type (rounded to nearest) on the way in.
+        let src = rows.clone().into_data();
+        let written = whole_buffer
+            && match primitive.dtype() {
+                DType::F32 => copy_runs::<f32>(primitive.try_storage_mut(), &src, runs, width),
+                DType::F16 => copy_runs::<f16>(primitive.try_storage_mut(), &src, runs, width),
+                DType::BF16 => copy_runs::<bf16>(primitive.try_storage_mut(), &src, runs, width),
+                _ => false,
+            };
+        let cache = Tensor::from_primitive(TensorPrimitive::Float(primitive));
+        if written {
+            cache
+        } else {
+            write_rows_sliced(cache, runs, rows)
         }
     }
 
@@ -85,7 +90,8 @@ impl KvCacheOps for burn::backend::Flex {
         spans: &[SequenceSpan],
         shape: HeadShape,
     ) -> Option<Tensor<Self, 2>> {
-        use burn::tensor::{TensorData, TensorPrimitive};
+        use burn::tensor::{DType, TensorData, TensorPrimitive};
+        use half::{bf16, f16};
         let [tokens, width] = q.dims();
         let device = q.device();
         // The caches are read through a second handle that is dropped before the next write,
@@ -96,13 +102,40 @@ impl KvCacheOps for burn::backend::Flex {
             return None;
         };
         let whole = |t: &burn_flex::FlexTensor| t.is_contiguous() && t.layout().start_offset() == 0;
-        if !whole(&k) || !whole(&v) {
+        if !whole(&k) || !whole(&v) || k.dtype() != v.dtype() {
             return None;
         }
         let q = q.into_data().into_vec::<f32>().ok()?;
-        let out = paged_attention(&q, k.storage::<f32>(), v.storage::<f32>(), spans, shape);
+        let out = match k.dtype() {
+            DType::F32 => paged_attention(&q, k.storage::<f32>(), v.storage::<f32>(), spans, shape),
+            DType::F16 => paged_attention(&q, k.storage::<f16>(), v.storage::<f16>(), spans, shape),
+            DType::BF16 => paged_attention(&q, k.storage::<bf16>(), v.storage::<bf16>(), spans, shape),
+            _ => return None,
+        };
         Some(Tensor::from_data(TensorData::new(out, [tokens, width]), &device))
     }
+}
+
+/// Copies each run of `src` (f32 rows, converted to `E`) into `dst`; false when `dst` is not
+/// a uniquely owned `E` buffer or `src` not f32, for the caller to take the portable path.
+fn copy_runs<E: burn::tensor::ElementConversion>(
+    dst: Option<&mut [E]>,
+    src: &burn::tensor::TensorData,
+    runs: &[SlotRun],
+    width: usize,
+) -> bool {
+    let (Some(dst), Ok(src)) = (dst, src.as_slice::<f32>()) else {
+        return false;
+    };
+    for run in runs {
+        let from = run.token_row * width;
+        let to = run.first_slot * width;
+        let n = run.len * width;
+        for (d, s) in dst[to..to + n].iter_mut().zip(&src[from..from + n]) {
+            *d = E::from_elem(*s);
+        }
+    }
+    true
 }
 
 #[cfg(test)]

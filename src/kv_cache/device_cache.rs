@@ -2,7 +2,7 @@
 //! (`block * block_size + offset`). The executor owns them; the block manager decides
 //! which slots a sequence uses.
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::backend_ops::KvCacheOps;
 pub use super::slot_runs::{SlotRun, slot_runs};
@@ -22,6 +22,21 @@ impl CacheGeometry {
     pub fn num_slots(&self) -> usize {
         self.num_blocks * self.block_size
     }
+
+    /// Bytes of one block's K and V in every layer, stored as `dtype`.
+    pub fn block_bytes(&self, dtype: DType) -> u64 {
+        (2 * self.num_layers * self.block_size * self.kv_dim * dtype.size()) as u64
+    }
+}
+
+/// The tensor type K and V are stored in for a `--kv-cache-dtype` setting.
+pub fn storage_dtype(setting: crate::config::KvCacheDtype) -> DType {
+    use crate::config::KvCacheDtype as D;
+    match setting.resolved() {
+        D::Float32 => DType::F32,
+        D::Bfloat16 => DType::BF16,
+        D::Float16 | D::Auto => DType::F16,
+    }
 }
 
 /// Slot ids of positions `0..context_len` of a sequence, in order.
@@ -40,21 +55,28 @@ struct LayerCache<B: KvCacheOps> {
 /// Preallocated paged K/V tensors for every layer.
 pub struct PagedKvCache<B: KvCacheOps> {
     geometry: CacheGeometry,
+    /// What K and V are stored as; they are written and read as f32.
+    dtype: DType,
     layers: Vec<LayerCache<B>>,
     device: B::Device,
 }
 
+/// One block's K and V in every layer, in the cache's dtype: what the host swap pool keeps.
+pub type HostBlock = Vec<TensorData>;
+
 impl<B: KvCacheOps> PagedKvCache<B> {
-    pub fn new(geometry: CacheGeometry, device: &B::Device) -> Self {
+    /// A zeroed cache whose K and V are stored as `dtype` (F32, F16 or BF16).
+    pub fn new(geometry: CacheGeometry, dtype: DType, device: &B::Device) -> Self {
         let shape = [geometry.num_slots(), geometry.kv_dim];
         let layers = (0..geometry.num_layers)
             .map(|_| LayerCache {
-                k: Some(Tensor::zeros(shape, device)),
-                v: Some(Tensor::zeros(shape, device)),
+                k: Some(Tensor::zeros(shape, (device, dtype))),
+                v: Some(Tensor::zeros(shape, (device, dtype))),
             })
             .collect();
         Self {
             geometry,
+            dtype,
             layers,
             device: device.clone(),
         }
@@ -62,6 +84,15 @@ impl<B: KvCacheOps> PagedKvCache<B> {
 
     pub fn geometry(&self) -> CacheGeometry {
         self.geometry
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes the device tensors hold.
+    pub fn size_bytes(&self) -> u64 {
+        self.geometry.num_blocks as u64 * self.geometry.block_bytes(self.dtype)
     }
 
     /// Writes the step's new K/V rows into their slots. Each tensor is moved out and
@@ -96,45 +127,46 @@ impl<B: KvCacheOps> PagedKvCache<B> {
         B::paged_attention(q, k, v, spans, shape)
     }
 
-    /// Gathers the K/V rows of the given slots.
+    /// Gathers the K/V rows of the given slots, widened to f32.
     ///
     /// # Shapes
     /// - slots: `[context]`
     /// - output: two tensors `[context, kv_dim]`
     pub fn gather(&self, layer: usize, slots: Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        let (k, v) = self.gather_stored(layer, slots);
+        if self.dtype == DType::F32 {
+            return (k, v);
+        }
+        (k.cast(DType::F32), v.cast(DType::F32))
+    }
+
+    /// The K/V rows of the given slots as stored.
+    fn gather_stored(&self, layer: usize, slots: Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let cache = &self.layers[layer];
         let k = cache.k.as_ref().expect("layer K cache present");
         let v = cache.v.as_ref().expect("layer V cache present");
         (k.clone().select(0, slots.clone()), v.clone().select(0, slots))
     }
 
-    /// Copies whole blocks out to host memory (swap out): per layer, K then V.
-    pub fn read_blocks(&self, blocks: &[u32]) -> Vec<f32> {
+    /// Copies whole blocks out to host memory (swap out), as stored: per layer, K then V.
+    pub fn read_blocks(&self, blocks: &[u32]) -> HostBlock {
         let slots = self.block_slots(blocks);
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(2 * self.geometry.num_layers);
         for layer in 0..self.geometry.num_layers {
-            let (k, v) = self.gather(layer, slots.clone());
-            out.extend(k.into_data().to_vec::<f32>().unwrap_or_default());
-            out.extend(v.into_data().to_vec::<f32>().unwrap_or_default());
+            let (k, v) = self.gather_stored(layer, slots.clone());
+            out.push(k.into_data());
+            out.push(v.into_data());
         }
         out
     }
 
     /// Writes host data produced by [`read_blocks`](Self::read_blocks) into `blocks` (swap in).
-    pub fn write_blocks(&mut self, blocks: &[u32], data: &[f32]) {
+    pub fn write_blocks(&mut self, blocks: &[u32], data: &[TensorData]) {
         let bs = self.geometry.block_size;
-        let kv_dim = self.geometry.kv_dim;
-        let per_tensor = blocks.len() * bs * kv_dim;
         for layer in 0..self.geometry.num_layers {
-            let base = layer * 2 * per_tensor;
-            let to_tensor = |offset: usize| {
-                Tensor::<B, 2>::from_data(
-                    TensorData::new(data[offset..offset + per_tensor].to_vec(), [blocks.len() * bs, kv_dim]),
-                    &self.device,
-                )
-            };
-            let k_new = to_tensor(base);
-            let v_new = to_tensor(base + per_tensor);
+            let to_tensor = |t: &TensorData| Tensor::<B, 2>::from_data(t.clone(), &self.device);
+            let k_new = to_tensor(&data[2 * layer]);
+            let v_new = to_tensor(&data[2 * layer + 1]);
             let runs: Vec<SlotRun> = blocks
                 .iter()
                 .enumerate()

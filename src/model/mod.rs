@@ -26,6 +26,12 @@ pub type Backend = burn::backend::Cuda;
 #[cfg(not(feature = "cuda"))]
 pub type Backend = burn::backend::Flex;
 
+/// Where [`Backend`] keeps the weights and KV cache (`kiln_memory_bytes`' `device` label).
+#[cfg(feature = "cuda")]
+pub const DEVICE_NAME: &str = "cuda";
+#[cfg(not(feature = "cuda"))]
+pub const DEVICE_NAME: &str = "cpu";
+
 /// The device models are placed on.
 pub fn default_device() -> burn::tensor::Device<Backend> {
     Default::default()

@@ -171,6 +171,32 @@ impl<B: KvCacheOps> Model<B> {
         }
     }
 
+    /// Bytes the base model's weights hold: the embedding, every projection as stored
+    /// (packed or f32) and the norms (a tensor and a host copy each). Adapters not included.
+    pub fn weight_bytes(&self) -> u64 {
+        let f32s = |n: usize| (n * size_of::<f32>()) as u64;
+        let norm = |w: &NormWeight<B>| f32s(w.tensor.shape().num_elements() + w.host.len());
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                let projections: usize = [&l.qkv, &l.attn_out, &l.gate_up, &l.down]
+                    .iter()
+                    .map(|p| p.size_bytes())
+                    .sum();
+                let norms = [Some(&l.attn_norm), Some(&l.ffn_norm), l.qkv_bias.as_ref()]
+                    .into_iter()
+                    .chain([l.post_attn_norm.as_ref(), l.post_ffn_norm.as_ref()])
+                    .chain(l.qk_norm.iter().flat_map(|(q, k)| [Some(q), Some(k)]))
+                    .flatten()
+                    .map(norm)
+                    .sum::<u64>();
+                projections as u64 + norms
+            })
+            .sum();
+        f32s(self.embed.shape().num_elements()) + self.lm_head.size_bytes() as u64 + norm(&self.final_norm) + layers
+    }
+
     /// The adapter with request id `id`.
     pub fn adapter(&self, id: u32) -> Option<&LoraAdapter> {
         self.adapters.iter().find(|a| a.id == id).map(|a| a.as_ref())

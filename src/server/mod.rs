@@ -61,6 +61,9 @@ pub struct PreparedEngine<E: Executor> {
     pub end_of_generation: Vec<u32>,
     /// Loads adapters at run time (`--allow-runtime-lora-updating`); `None` when off.
     pub lora_loader: Option<crate::api::lora_admin::LoraLoader>,
+    /// What each engine's executor memory holds, for `kiln_memory_bytes` (zeros for test
+    /// executors); the weights are shared, so engine 0's count stands for them all.
+    pub memory: Vec<Arc<crate::engine::memory::MemoryFootprint>>,
 }
 
 /// A started server.
@@ -196,6 +199,7 @@ async fn start_on<E: Executor>(
             num_cpu_blocks: prepared.scheduler.num_cpu_blocks as u64,
             enable_prefix_caching: prepared.scheduler.enable_prefix_caching,
             max_model_len: prepared.scheduler.max_model_len as u64,
+            cache_dtype: config.engine.kv_cache_dtype.name().to_owned(),
         },
         kv_cache_metrics: prepared.scheduler.kv_block_metrics_sample > 0.0,
         mfu_metrics: prepared.scheduler.step_cost.is_some(),
@@ -213,6 +217,7 @@ async fn start_on<E: Executor>(
     // One server health for now: every engine's series reads it.
     let engine_health = vec![health.clone(); engines];
     crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &engine_health);
+    crate::stats::memory::register_memory(&telemetry, &prepared.memory, crate::model::DEVICE_NAME);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
@@ -238,7 +243,10 @@ async fn start_on<E: Executor>(
                 max_restarts: config.engine.max_engine_restarts,
             },
         );
-        let scheduler = Scheduler::new(prepared.scheduler.clone(), prepared.end_of_generation.clone());
+        let mut scheduler = Scheduler::new(prepared.scheduler.clone(), prepared.end_of_generation.clone());
+        if config.lora.enable_lora {
+            scheduler.serve_loras(prepared.served.adapters.list().into_iter().map(|a| (a.id, a.name)));
+        }
         let mut scheduler = SchedulerActor::new(scheduler, executor.recipient(), stats.clone()).as_engine(index);
         if config.kv_events.publishes() {
             let publisher = crate::kv_events::start_publisher(&config.kv_events, index as u32)?;
@@ -268,6 +276,7 @@ async fn start_on<E: Executor>(
         max_waiting: config.engine.max_waiting,
         enable_prefix_caching: config.engine.enable_prefix_caching,
         prefix_caching_hash_algo: hash_algo.name(),
+        kv_cache_dtype: config.engine.kv_cache_dtype.resolved().name(),
         kv_events_endpoint: config.kv_events.publishes().then(|| config.kv_events.endpoint.clone()),
     });
     let body_limit = config.server.max_request_body_bytes;

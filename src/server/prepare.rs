@@ -21,7 +21,7 @@ use crate::kernels::dispatch::{int8_kernel_name, int8_vnni_on};
 use crate::kernels::matmul::INT8_MIN_TOKENS;
 use crate::kv_cache::block::hash::{BlockHasher, PrefixCachingHashAlgo};
 use crate::kv_cache::capacity::context_length;
-use crate::kv_cache::device_cache::CacheGeometry;
+use crate::kv_cache::device_cache::{CacheGeometry, storage_dtype};
 use crate::model::chat_template::source::choose_chat_template;
 use crate::model::chat_template::{ChatTemplate, RenderLimits};
 use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_model, ensure_model};
@@ -79,6 +79,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     spinner.finish_and_clear();
 
     let sizing = CacheSizing::new(config, &files.config)?;
+    let kv_dtype = storage_dtype(config.engine.kv_cache_dtype);
     let geometry = CacheGeometry {
         num_layers: files.config.num_layers,
         num_blocks: sizing.num_gpu_blocks,
@@ -91,6 +92,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         tokens = sizing.num_gpu_blocks * config.engine.block_size,
         mib = (sizing.num_gpu_blocks as u64 * sizing.bytes_per_block) >> 20,
         host_blocks = sizing.num_cpu_blocks,
+        dtype = config.engine.kv_cache_dtype.resolved().name(),
         "KV cache"
     );
     let served_name = if config.server.served_model_name.is_empty() {
@@ -109,7 +111,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     // Each engine its own runner and KV cache; the weights are shared (the model's tensors
     // and packed matrices are reference-counted, so a clone copies no weight).
     let runner = |model| {
-        ModelRunner::new(model, geometry, sizing.num_cpu_blocks)
+        ModelRunner::new(model, geometry, kv_dtype, sizing.num_cpu_blocks)
             .computing_activations_in(activations)
             .sampling_only_below(token_id_bound(&files.tokenizer))
             .ending_generation_on(files.special_tokens.end_of_generation.clone())
@@ -118,8 +120,13 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         .map(|_| runner(llama.clone()))
         .collect();
     let executor = runner(llama);
+    let memory = std::iter::once(&executor)
+        .chain(&others)
+        .map(ModelRunner::memory)
+        .collect();
     let mut prepared = prepare_engine(config, files, served_name, executor)?;
     prepared.other_executors = others;
+    prepared.memory = memory;
     Ok(prepared)
 }
 
@@ -187,13 +194,14 @@ pub struct CacheSizing {
 }
 
 impl CacheSizing {
-    /// One engine's share, at f32: `engine.kv_cache_memory` and `engine.swap_space_gib` are
-    /// the server's budgets, split evenly between the `data_parallel_size` engines (on a CPU
-    /// they share one memory); `num_gpu_blocks_override` is per engine, as vLLM's.
+    /// One engine's share, at the size of `engine.kv_cache_dtype` (a 16-bit cache holds twice
+    /// the blocks of an f32 one): `engine.kv_cache_memory` and `engine.swap_space_gib` are the
+    /// server's budgets, split evenly between the `data_parallel_size` engines (on a CPU they
+    /// share one memory); `num_gpu_blocks_override` is per engine, as vLLM's.
     pub fn new(config: &Config, model: &crate::model::config::ModelConfig) -> anyhow::Result<Self> {
         let e = &config.engine;
         let engines = e.data_parallel_size.max(1) as u64;
-        let bytes_per_block = (e.block_size * model.kv_bytes_per_token(4)) as u64;
+        let bytes_per_block = (e.block_size * model.kv_bytes_per_token(e.kv_cache_dtype.bytes())) as u64;
         let num_gpu_blocks = if e.num_gpu_blocks_override > 0 {
             e.num_gpu_blocks_override
         } else {
@@ -318,6 +326,7 @@ pub fn prepare_engine<E: Executor>(
                 config.lora.lora_modules.len() as u32 + 1,
             )
         }),
+        memory: vec![Arc::default()],
     })
 }
 

@@ -302,6 +302,7 @@ impl Instruments {
         self.kv_offload.record_step(m, it);
         self.token_load.record_step(m, &s.tokens);
         self.prefix_hit_rate.record_step(m, s);
+        self.lora_info.record_step(s);
         e.generation_tokens.add(it.num_generation_tokens, m);
         // vLLM's definition: the prompt tokens computed plus the tokens generated in the step,
         // so a request's first token counts (10 requests of 9 prompt and 10 generated tokens

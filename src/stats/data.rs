@@ -35,6 +35,19 @@ pub struct SchedulerStats {
     pub kv_block_residency: ResidencyObservations,
     /// The same load counted in tokens (`num_tokens_waiting`, …).
     pub tokens: TokenLoad,
+    /// The adapters of the running and waiting requests; `None` without `--enable-lora`.
+    pub lora: Option<LoraLoad>,
+}
+
+/// What `lora_requests_info` says: the adapter slots and the adapters in use, by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoraLoad {
+    /// `--max-loras`.
+    pub max_loras: usize,
+    /// Distinct adapters of the running requests, in the order they run.
+    pub running: Vec<String>,
+    /// Distinct adapters of the waiting requests, in queue order.
+    pub waiting: Vec<String>,
 }
 
 /// The scheduler's load in tokens at one moment.

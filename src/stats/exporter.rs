@@ -40,6 +40,8 @@ pub struct CacheConfigInfo {
     /// The longest sequence (prompt plus output) one request may have; with the cache's
     /// size in tokens it gives `kv_cache_max_concurrency`.
     pub max_model_len: u64,
+    /// `--kv-cache-dtype` as set (vLLM's label shows the setting: `auto`, `bfloat16`, ...).
+    pub cache_dtype: String,
 }
 
 impl CacheConfigInfo {
@@ -298,6 +300,7 @@ fn record_cache_config(instruments: &Instruments, model: &[KeyValue; 2], info: &
             KeyValue::new("num_gpu_blocks", info.num_gpu_blocks.to_string()),
             KeyValue::new("num_cpu_blocks", info.num_cpu_blocks.to_string()),
             KeyValue::new("enable_prefix_caching", info.enable_prefix_caching.to_string()),
+            KeyValue::new("cache_dtype", info.cache_dtype.clone()),
             KeyValue::new("kv_cache_size_tokens", info.kv_cache_size_tokens().to_string()),
             KeyValue::new(
                 "kv_cache_max_concurrency",
@@ -327,6 +330,7 @@ pub(crate) mod test_support {
                 num_cpu_blocks: 256,
                 enable_prefix_caching: true,
                 max_model_len: 8192,
+                cache_dtype: "auto".to_owned(),
             },
             ..TelemetryConfig::default()
         }

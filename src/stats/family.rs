@@ -128,6 +128,8 @@ pub mod kiln {
     // The trace pipeline's export health (`span_exports.rs`), on the metrics side.
     pub const OTLP_SPAN_EXPORTS: Spec = spec("kiln_otlp_span_exports", "{export}", "OTLP span export calls (one per batch), by result.");
     pub const OTLP_SPANS_DROPPED: Spec = spec("kiln_otlp_spans_dropped", "{span}", "Spans dropped because the bounded span export queue was full.");
+    // Unit `By`: exposed as `kiln_memory_bytes`; labels component and device, no model_name.
+    pub const MEMORY: Spec = spec("kiln_memory", "By", "Bytes held, by component (weights, kv_cache, host_swap, scratch) and device.");
 }
 
 /// GenAI semantic-convention instruments (no prefix).
@@ -177,6 +179,14 @@ pub mod prompt_source {
     pub const PROMPT_TOKENS_CACHED_BY_SOURCE: Spec = Spec { name: "prompt_tokens_cached_by_source", unit: "{token}", description: "Cached prompt tokens, by the cache they came from." };
     pub const NUM_REQUESTS_WAITING_BY_REASON: Spec = Spec { name: "num_requests_waiting_by_reason", unit: "{request}", description: "Waiting requests, by why they wait (capacity: KV blocks, batch slots or budget; deferred: no slot for the LoRA adapter)." };
     pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: HistogramSpec = HistogramSpec { spec: Spec { name: "request_prefill_kv_computed_tokens", unit: "{token}", description: "Prompt tokens a request's prefill computed (prompt minus cached)." }, buckets: B::TokenCounts };
+}
+
+/// vLLM's LoRA info gauge (engine prefix).
+#[rustfmt::skip]
+pub mod lora {
+    use super::Spec;
+
+    pub const LORA_REQUESTS_INFO: Spec = Spec { name: "lora_requests_info", unit: "", description: "Running stats on lora requests." };
 }
 
 /// kiln's constrained-decoding families (`kiln_*`, no prefix).

@@ -19,6 +19,8 @@ pub mod initial_series;
 pub mod instrumentator;
 pub mod instruments;
 mod kv_offload;
+mod lora_info;
+pub mod memory;
 pub mod metrics_endpoint;
 pub mod native_buckets;
 pub mod otlp_push;

@@ -205,3 +205,64 @@ fn the_endpoints_are_off_without_the_flag() {
     let (status, text) = post_text(&t, "/v1/unload_lora_adapter", &json!({"lora_name": "all"}));
     assert_eq!(status, 404, "{text}");
 }
+
+/// What the gateway's parser makes of one scrape of `t`'s /metrics
+/// (tests/python/lora_info_reader.py, prometheus_client's text parser as the picker's).
+fn picker_lora_read(t: &Tiny) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/lora_info_reader.py");
+    let out = std::process::Command::new(crate::common::tool("KILN_TEST_PYTHON"))
+        .args([script, &t.server.url("/metrics")])
+        .output()
+        .expect("run lora_info_reader.py");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("a JSON line")
+}
+
+/// `vllm:lora_requests_info` as the gateway's endpoint picker reads it: after a request under
+/// a start-up adapter and then one under an adapter loaded at run time, the latest series
+/// names the second as running, with `max_lora` from `--max-loras`.
+#[test]
+#[ignore = "needs KILN_TEST_PYTHON with prometheus-client (.ci/run)"]
+fn the_gateway_reads_lora_requests_info() {
+    let t = start_model(
+        tempfile::tempdir().expect("tempdir"),
+        fixture("llama").join("hf"),
+        |c: &mut Config| {
+            runtime_lora(2, 16)(c);
+            c.lora.lora_modules = vec![kiln::config::LoraModule {
+                name: "all".into(),
+                path: adapter_dir("all").display().to_string(),
+                base_model_name: None,
+            }];
+        },
+    );
+    let (status, out) = complete(&t, "all");
+    assert_eq!(status, 200, "{out}");
+    let read = crate::common::wait::wait_for("the picker to see adapter all", || {
+        let read = picker_lora_read(&t);
+        if read["running"] == json!(["all"]) {
+            Ok(read)
+        } else {
+            Err(read)
+        }
+    });
+    assert_eq!(read["max_lora"], 2, "{read}");
+    let (status, _) = load(&t, "mlp", &adapter_dir("mlp").display().to_string());
+    assert_eq!(status, 200);
+    let (status, out) = complete(&t, "mlp");
+    assert_eq!(status, 200, "{out}");
+    let later = crate::common::wait::wait_for("the picker to see adapter mlp", || {
+        let read = picker_lora_read(&t);
+        if read["running"] == json!(["mlp"]) {
+            Ok(read)
+        } else {
+            Err(read)
+        }
+    });
+    assert_eq!(later["max_lora"], 2, "{later}");
+    assert_eq!(later["waiting"], json!([]), "{later}");
+    assert!(
+        later["updated"].as_f64() > read["updated"].as_f64(),
+        "the value is the update time: {read} then {later}"
+    );
+}

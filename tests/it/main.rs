@@ -32,6 +32,7 @@ mod kv_events;
 mod log_injection;
 mod lora;
 mod lora_runtime;
+mod memory_metrics;
 mod model_formats;
 mod native_histograms;
 mod openai_client;

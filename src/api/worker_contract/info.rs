@@ -36,6 +36,7 @@ fn settings(state: &AppState, info: &WorkerInfo) -> Value {
         "enable_prefix_caching": info.enable_prefix_caching,
         "disable_radix_cache": !info.enable_prefix_caching,
         "prefix_caching_hash_algo": info.prefix_caching_hash_algo,
+        "kv_cache_dtype": info.kv_cache_dtype,
         "kv_events_endpoint": info.kv_events_endpoint,
         "vocab_size": m.token_id_bound,
     })

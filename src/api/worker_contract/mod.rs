@@ -30,6 +30,8 @@ pub struct WorkerInfo {
     pub enable_prefix_caching: bool,
     /// `--prefix-caching-hash-algo` as resolved (vLLM's spelling).
     pub prefix_caching_hash_algo: &'static str,
+    /// How the KV cache stores K and V, `auto` resolved (vLLM's spelling).
+    pub kv_cache_dtype: &'static str,
     /// The KV-event publisher's endpoint, when events are on.
     pub kv_events_endpoint: Option<String>,
 }

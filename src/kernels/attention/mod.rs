@@ -6,10 +6,12 @@
 //! with many new tokens (prefill) go through [`attend_span_flash`] instead.
 
 pub(super) mod flash;
+pub mod kv_elem;
 pub(super) mod piece;
 pub(super) mod split;
 pub(super) mod types;
 
+pub use kv_elem::KvElem;
 pub use types::{HeadShape, SequenceSpan};
 
 #[cfg(test)]
@@ -25,10 +27,10 @@ use split::{Unit, attend_units};
 /// - q: `[tokens, num_heads * head_dim]` (RoPE applied)
 /// - k_cache, v_cache: `[slots, num_kv_heads * head_dim]`
 /// - output: `[tokens, num_heads * head_dim]` (rows not covered by a span stay zero)
-pub fn paged_attention(
+pub fn paged_attention<T: KvElem>(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     spans: &[SequenceSpan],
     shape: HeadShape,
 ) -> Vec<f32> {
@@ -286,6 +288,66 @@ pub(super) mod tests {
                 assert!((g - p).abs() < 1e-5, "{path:?} [{i}]: {g} vs {p}");
             }
         }
+    }
+
+    /// A 16-bit cache gives what the f32 kernels give on the same values widened (decode and
+    /// the tiled prefill path, every split), and stays within the rounding's bound of the
+    /// f32 cache.
+    #[test]
+    fn sixteen_bit_caches_read_as_their_widened_values() {
+        use half::{bf16, f16};
+        let shape = HeadShape {
+            num_heads: 6,
+            num_kv_heads: 2,
+            head_dim: 64,
+        };
+        let kvw = shape.num_kv_heads * shape.head_dim;
+        let qw = shape.num_heads * shape.head_dim;
+        let context = 400;
+        let (k, v) = (values(context * kvw, 11), values(context * kvw, 12));
+        let slots: Vec<i64> = (0..context as i64).rev().collect();
+        // 40 new tokens (tiled) and one decode token over the whole context, in one step.
+        let q = values(41 * qw, 13);
+        let spans = [
+            SequenceSpan {
+                first_row: 0,
+                len: 40,
+                slots: &slots[..300],
+            },
+            SequenceSpan {
+                first_row: 40,
+                len: 1,
+                slots: &slots,
+            },
+        ];
+        let exact = paged_attention(&q, &k, &v, &spans, shape);
+        fn check<T: KvElem>(
+            stored: (Vec<T>, Vec<T>),
+            q: &[f32],
+            spans: &[SequenceSpan],
+            shape: HeadShape,
+            exact: &[f32],
+            bound: f32,
+        ) {
+            let mut wide = (vec![0.0; stored.0.len()], vec![0.0; stored.1.len()]);
+            T::widen_into(&stored.0, &mut wide.0);
+            T::widen_into(&stored.1, &mut wide.1);
+            let got = paged_attention(q, &stored.0, &stored.1, spans, shape);
+            let same = paged_attention(q, &wide.0, &wide.1, spans, shape);
+            for (i, ((g, s), e)) in got.iter().zip(&same).zip(exact).enumerate() {
+                assert!((g - s).abs() < 1e-5, "[{i}] {g} vs {s} on the widened values");
+                assert!((g - e).abs() < bound, "[{i}] {g} vs {e} from the f32 cache");
+            }
+        }
+        let to = |f: fn(f32) -> f16| (k.iter().map(|&x| f(x)).collect(), v.iter().map(|&x| f(x)).collect());
+        // Values below 1.2 rounded to 11 bits (f16) or 8 (bf16): relative errors of 2^-11 and
+        // 2^-8 in each K and V, a few times that in the outputs (weighted means below 1.2).
+        check(to(f16::from_f32), &q, &spans, shape, &exact, 2e-3);
+        let brains = (
+            k.iter().map(|&x| bf16::from_f32(x)).collect(),
+            v.iter().map(|&x| bf16::from_f32(x)).collect(),
+        );
+        check::<bf16>(brains, &q, &spans, shape, &exact, 2e-2);
     }
 
     #[test]

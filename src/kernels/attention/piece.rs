@@ -1,6 +1,7 @@
 //! One piece of attention over a run of keys, on the best kernel path: the group of query
 //! heads that share a KV head, left unnormalised so pieces of a split context can be merged.
 
+use super::kv_elem::{KvElem, MAX_HEAD_DIM};
 use super::types::HeadShape;
 use crate::kernels::dispatch::KernelPath;
 use crate::kernels::exp::exp;
@@ -8,12 +9,12 @@ use crate::kernels::exp::exp;
 /// [`attend_group_on`] left unnormalised, with each head's `(max, sum)` in `stats`
 /// (`[group * 2]`): one piece of a context split over several workers.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn attend_piece_on(
+pub(super) fn attend_piece_on<T: KvElem>(
     path: KernelPath,
     q: &[f32],
     slots: &[i64],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     shape: HeadShape,
     kv_head: usize,
     out: &mut [f32],
@@ -21,6 +22,11 @@ pub(super) fn attend_piece_on(
 ) {
     assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
     assert!(!slots.is_empty(), "a piece of attention covers at least one key");
+    assert!(
+        shape.head_dim <= MAX_HEAD_DIM,
+        "head dim {} over {MAX_HEAD_DIM}",
+        shape.head_dim
+    );
     let args = GroupArgs {
         q,
         slots,
@@ -43,11 +49,11 @@ pub(super) fn attend_piece_on(
 }
 
 /// The inputs of one KV head's share of a query token.
-struct GroupArgs<'a> {
+struct GroupArgs<'a, T> {
     q: &'a [f32],
     slots: &'a [i64],
-    k_cache: &'a [f32],
-    v_cache: &'a [f32],
+    k_cache: &'a [T],
+    v_cache: &'a [T],
     shape: HeadShape,
     kv_head: usize,
 }
@@ -58,7 +64,12 @@ struct GroupArgs<'a> {
 /// The CPU must support AVX-512F (the caller checks the active kernel path).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn attend_group_avx512(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
+unsafe fn attend_group_avx512<T: KvElem>(
+    args: &GroupArgs<'_, T>,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    stats: &mut [f32],
+) {
     attend_group(args, scores, out, stats)
 }
 
@@ -68,7 +79,12 @@ unsafe fn attend_group_avx512(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: 
 /// The CPU must support AVX2 and FMA (the caller checks the active kernel path).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_group_avx2(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
+unsafe fn attend_group_avx2<T: KvElem>(
+    args: &GroupArgs<'_, T>,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    stats: &mut [f32],
+) {
     attend_group(args, scores, out, stats)
 }
 
@@ -86,7 +102,7 @@ thread_local! {
 /// # Shapes
 /// - out: `[group * head_dim]`, stats: `[group * 2]`
 #[inline(always)]
-fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
+fn attend_group<T: KvElem>(args: &GroupArgs<'_, T>, scores: &mut Vec<f32>, out: &mut [f32], stats: &mut [f32]) {
     let GroupArgs {
         q,
         slots,
@@ -104,16 +120,18 @@ fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], st
     let kv_width = num_kv_heads * head_dim;
     let scale = (head_dim as f32).powf(-0.5);
     let n = slots.len();
+    // A 16-bit row is widened here, one row at a time, inside the loop.
+    let mut row_buf = [0.0f32; MAX_HEAD_DIM];
     {
         scores.clear();
-        scores.resize(group * n, 0.0);
+        crate::kernels::scratch::resize_counted(scores, group * n, 0.0);
         // Scores of the group's heads, key by key so each K row is read once.
         let row_of = |slot: i64| slot as usize * kv_width + kv_head * head_dim;
         for (j, &slot) in slots.iter().enumerate() {
             if let Some(&ahead) = slots.get(j + PREFETCH_KEYS_AHEAD) {
                 prefetch_row(&k_cache[row_of(ahead)..][..head_dim]);
             }
-            let key = &k_cache[row_of(slot)..][..head_dim];
+            let key = T::widened(&k_cache[row_of(slot)..][..head_dim], &mut row_buf);
             for g in 0..group {
                 let head = kv_head * group + g;
                 scores[g * n + j] = dot(&q[head * head_dim..][..head_dim], key) * scale;
@@ -128,7 +146,7 @@ fn attend_group(args: &GroupArgs<'_>, scores: &mut Vec<f32>, out: &mut [f32], st
             if let Some(&ahead) = slots.get(j + PREFETCH_KEYS_AHEAD) {
                 prefetch_row(&v_cache[row_of(ahead)..][..head_dim]);
             }
-            let value = &v_cache[row_of(slot)..][..head_dim];
+            let value = T::widened(&v_cache[row_of(slot)..][..head_dim], &mut row_buf);
             for g in 0..group {
                 let p = scores[g * n + j];
                 for (o, v) in out[g * head_dim..][..head_dim].iter_mut().zip(value) {
@@ -146,9 +164,9 @@ const PREFETCH_KEYS_AHEAD: usize = 8;
 
 /// Asks for `row`'s cache lines ahead of use (a hint; nothing on other architectures).
 #[inline(always)]
-fn prefetch_row(row: &[f32]) {
+fn prefetch_row<T>(row: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    for line in row.chunks(16) {
+    for line in row.chunks(64 / size_of::<T>()) {
         // SAFETY: a prefetch is a hint that never faults; the pointer is in bounds anyway.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast::<i8>());

@@ -10,6 +10,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::kv_elem::KvElem;
 use super::piece::attend_piece_on;
 use super::types::HeadShape;
 use crate::kernels::dispatch::active;
@@ -31,10 +32,10 @@ pub(super) struct Unit<'a> {
 
 /// Attention of every unit into `out` (`[tokens, num_heads * head_dim]`, zeroed), its
 /// context split when there are fewer units than the workers need.
-pub(super) fn attend_units(
+pub(super) fn attend_units<T: KvElem>(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     units: &[Unit],
     shape: HeadShape,
     out: &mut [f32],
@@ -58,10 +59,10 @@ fn piece_ranges(n: usize, pieces: usize) -> impl Iterator<Item = Range<usize>> {
 }
 
 /// [`attend_units`] with the number of pieces chosen by the caller (tests compare splits).
-fn attend_units_in_pieces(
+fn attend_units_in_pieces<T: KvElem>(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     units: &[Unit],
     shape: HeadShape,
     pieces: usize,

@@ -3,12 +3,14 @@
 //! once no queued, running or swapped request names it (requests in flight finish under the
 //! adapter they started with), and later requests that still name it are refused.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::Scheduler;
 use crate::engine::lora::LoraAdapter;
 use crate::engine::step::{LoraChange, SchedulerOutput};
+use crate::scheduler::request::Request;
+use crate::stats::data::LoraLoad;
 
 /// Changes not yet sent to the executor, and the adapters on their way out.
 #[derive(Debug, Default)]
@@ -19,11 +21,21 @@ pub(super) struct LoraChanges {
     draining: BTreeSet<u32>,
     /// Unloaded: a new request naming one of these is refused (ids are never reused).
     gone: BTreeSet<u32>,
+    /// Adapter names by id, for `lora_requests_info`; `None` without `--enable-lora`.
+    names: Option<BTreeMap<u32, String>>,
 }
 
 impl Scheduler {
+    /// Serves LoRA (`--enable-lora`), with the start-up adapters' names by id.
+    pub fn serve_loras(&mut self, adapters: impl IntoIterator<Item = (u32, String)>) {
+        self.loras.names = Some(adapters.into_iter().collect());
+    }
+
     /// Sends `adapter` to the executor with the next step.
     pub fn load_lora(&mut self, adapter: Arc<LoraAdapter>) {
+        if let Some(names) = self.loras.names.as_mut() {
+            names.insert(adapter.id, adapter.name.clone());
+        }
         self.loras.gone.remove(&adapter.id);
         self.loras.draining.remove(&adapter.id);
         self.loras.pending.push(LoraChange::Install(adapter));
@@ -63,7 +75,30 @@ impl Scheduler {
         for id in idle {
             self.loras.draining.remove(&id);
             self.loras.pending.push(LoraChange::Remove(id));
+            if let Some(names) = self.loras.names.as_mut() {
+                names.remove(&id);
+            }
         }
         out.lora_changes.append(&mut self.loras.pending);
+    }
+
+    /// The adapters in use by name, for `lora_requests_info`; `None` without LoRA.
+    pub(super) fn lora_load(&self) -> Option<LoraLoad> {
+        let names = self.loras.names.as_ref()?;
+        let distinct = |requests: &mut dyn Iterator<Item = &Request>| {
+            let mut found: Vec<String> = Vec::new();
+            for id in requests.filter_map(|r| r.lora) {
+                let name = names.get(&id).cloned().unwrap_or_else(|| id.to_string());
+                if !found.contains(&name) {
+                    found.push(name);
+                }
+            }
+            found
+        };
+        Some(LoraLoad {
+            max_loras: self.config.max_loras,
+            running: distinct(&mut self.running.iter()),
+            waiting: distinct(&mut self.waiting.iter().chain(&self.swapped)),
+        })
     }
 }

@@ -49,6 +49,7 @@ impl Scheduler {
             num_preemptions: std::mem::take(&mut self.preemptions),
             kv_block_residency: self.blocks.take_residency(),
             tokens: self.token_load(),
+            lora: self.lora_load(),
         }
     }
 }

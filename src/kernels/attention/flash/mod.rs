@@ -12,9 +12,11 @@
 
 use rayon::prelude::*;
 
+use super::kv_elem::{KvElem, MAX_HEAD_DIM};
 use super::types::{HeadShape, SequenceSpan};
 use crate::kernels::dispatch::{KernelPath, active};
 use crate::kernels::exp::exp;
+use crate::kernels::scratch::resize_counted;
 
 /// Spans with at least this many new tokens take this path.
 pub const FLASH_MIN_QUERIES: usize = 16;
@@ -38,10 +40,10 @@ const LANES: usize = 16;
 /// - q: `[span.len, num_heads * head_dim]` (the span's rows, RoPE applied)
 /// - k_cache, v_cache: `[slots, num_kv_heads * head_dim]`
 /// - out: `[span.len, num_heads * head_dim]`, overwritten
-pub fn attend_span_flash(
+pub fn attend_span_flash<T: KvElem>(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     span: &SequenceSpan,
     shape: HeadShape,
     out: &mut [f32],
@@ -50,17 +52,22 @@ pub fn attend_span_flash(
 }
 
 /// [`attend_span_flash`] on `path`, which this CPU must run (tests compare the paths).
-pub(super) fn attend_span_flash_on(
+pub(super) fn attend_span_flash_on<T: KvElem>(
     path: KernelPath,
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     span: &SequenceSpan,
     shape: HeadShape,
     out: &mut [f32],
 ) {
     assert!(path.available(), "this CPU cannot run the {} kernels", path.name());
     shape.check();
+    assert!(
+        shape.head_dim <= MAX_HEAD_DIM,
+        "head dim {} over {MAX_HEAD_DIM}",
+        shape.head_dim
+    );
     let HeadShape {
         num_heads,
         num_kv_heads,
@@ -140,7 +147,7 @@ struct Gathered {
 }
 
 impl Gathered {
-    fn new(k_cache: &[f32], v_cache: &[f32], slots: &[i64], shape: HeadShape) -> Self {
+    fn new<T: KvElem>(k_cache: &[T], v_cache: &[T], slots: &[i64], shape: HeadShape) -> Self {
         let HeadShape {
             num_kv_heads, head_dim, ..
         } = shape;
@@ -156,18 +163,23 @@ impl Gathered {
             .for_each(|(kv_head, (keys_t, values))| {
                 let column = kv_head * head_dim;
                 // Sixteen keys at a time, so each transposed row is written in runs.
+                // The run's keys widened, `[LANES][head_dim]`, then transposed.
+                let mut run_keys = vec![0.0f32; LANES * head_dim];
                 for (run, slots) in slots.chunks(LANES).enumerate() {
                     let first = run * LANES;
                     for (j, &slot) in slots.iter().enumerate() {
                         let row = slot as usize * kv_width + column;
-                        values[(first + j) * head_dim_padded..][..head_dim]
-                            .copy_from_slice(&v_cache[row..row + head_dim]);
+                        T::widen_into(
+                            &v_cache[row..row + head_dim],
+                            &mut values[(first + j) * head_dim_padded..][..head_dim],
+                        );
+                        T::widen_into(&k_cache[row..row + head_dim], &mut run_keys[j * head_dim..][..head_dim]);
                     }
                     let (block, offset) = (first / KEY_BLOCK, first % KEY_BLOCK);
                     for d in 0..head_dim {
                         let dst = &mut keys_t[(block * head_dim + d) * KEY_BLOCK + offset..][..slots.len()];
-                        for (t, &slot) in dst.iter_mut().zip(slots) {
-                            *t = k_cache[slot as usize * kv_width + column + d];
+                        for (j, t) in dst.iter_mut().enumerate() {
+                            *t = run_keys[j * head_dim + d];
                         }
                     }
                 }
@@ -196,17 +208,17 @@ impl Gathered {
 /// a contiguous vector; values `[KEY_BLOCK][head_dim_padded]`) into its own L1-sized scratch:
 /// no copy of the whole context per call, which at 8k tokens and a short chunk cost as much
 /// as the attention itself.
-struct Context<'a> {
+struct Context<'a, T> {
     /// The whole context gathered up front, for spans of many tiles.
     gathered: Option<Gathered>,
-    k_cache: &'a [f32],
-    v_cache: &'a [f32],
+    k_cache: &'a [T],
+    v_cache: &'a [T],
     slots: &'a [i64],
     shape: HeadShape,
     head_dim_padded: usize,
 }
 
-impl Context<'_> {
+impl<T: KvElem> Context<'_, T> {
     /// Copies KV head `kv_head`'s keys and values at context positions `block_start ..` (up to
     /// a block) into `keys_t` and `values`, zero past the context.
     #[inline(always)]
@@ -215,12 +227,16 @@ impl Context<'_> {
         let kv_width = self.shape.num_kv_heads * head_dim;
         let column = kv_head * head_dim;
         let slots = &self.slots[block_start..self.slots.len().min(block_start + KEY_BLOCK)];
+        let mut key_buf = [0.0f32; MAX_HEAD_DIM];
         for (j, &slot) in slots.iter().enumerate() {
             let row = slot as usize * kv_width + column;
-            for (d, &k) in self.k_cache[row..row + head_dim].iter().enumerate() {
+            for (d, &k) in T::widened(&self.k_cache[row..row + head_dim], &mut key_buf)
+                .iter()
+                .enumerate()
+            {
                 keys_t[d * KEY_BLOCK + j] = k;
             }
-            values[j * hdp..][..head_dim].copy_from_slice(&self.v_cache[row..row + head_dim]);
+            T::widen_into(&self.v_cache[row..row + head_dim], &mut values[j * hdp..][..head_dim]);
         }
         if slots.len() < KEY_BLOCK {
             for d in 0..head_dim {
@@ -267,7 +283,14 @@ thread_local! {
 const ROWS_AVX512: usize = 4;
 const ROWS_NARROW: usize = 2;
 
-fn run_group(path: KernelPath, context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
+fn run_group<T: KvElem>(
+    path: KernelPath,
+    context: &Context<T>,
+    tile: &Tile,
+    kv_head: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
     match path {
         // SAFETY: the CPU supports the features each function is compiled for (asserted by
         // the caller).
@@ -275,7 +298,7 @@ fn run_group(path: KernelPath, context: &Context, tile: &Tile, kv_head: usize, s
         KernelPath::Avx512 => unsafe { group_avx512(context, tile, kv_head, scratch, out) },
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2 => unsafe { group_avx2(context, tile, kv_head, scratch, out) },
-        _ => group_body::<ROWS_NARROW>(context, tile, kv_head, scratch, out),
+        _ => group_body::<T, ROWS_NARROW>(context, tile, kv_head, scratch, out),
     }
 }
 
@@ -283,22 +306,40 @@ fn run_group(path: KernelPath, context: &Context, tile: &Tile, kv_head: usize, s
 /// The CPU must support AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn group_avx512(context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
-    group_body::<ROWS_AVX512>(context, tile, kv_head, scratch, out)
+unsafe fn group_avx512<T: KvElem>(
+    context: &Context<T>,
+    tile: &Tile,
+    kv_head: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
+    group_body::<T, ROWS_AVX512>(context, tile, kv_head, scratch, out)
 }
 
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn group_avx2(context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
-    group_body::<ROWS_NARROW>(context, tile, kv_head, scratch, out)
+unsafe fn group_avx2<T: KvElem>(
+    context: &Context<T>,
+    tile: &Tile,
+    kv_head: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
+    group_body::<T, ROWS_NARROW>(context, tile, kv_head, scratch, out)
 }
 
 /// Attention of the tile's query heads over KV head `kv_head`, written to `out`
 /// (`[rows, group * head_dim]`, the group's heads side by side).
 #[inline(always)]
-fn group_body<const R: usize>(context: &Context, tile: &Tile, kv_head: usize, scratch: &mut Scratch, out: &mut [f32]) {
+fn group_body<T: KvElem, const R: usize>(
+    context: &Context<T>,
+    tile: &Tile,
+    kv_head: usize,
+    scratch: &mut Scratch,
+    out: &mut [f32],
+) {
     let HeadShape {
         num_heads,
         num_kv_heads,
@@ -319,7 +360,7 @@ fn group_body<const R: usize>(context: &Context, tile: &Tile, kv_head: usize, sc
     // Stacked rows past the tile's (padding to R) hold zero queries; they are computed and
     // dropped, and never produce NaN (their scores are 0).
     queries.clear();
-    queries.resize(stacked * head_dim, 0.0);
+    resize_counted(queries, stacked * head_dim, 0.0);
     for i in 0..tile.rows {
         for g in 0..group {
             let head = kv_head * group + g;
@@ -330,17 +371,17 @@ fn group_body<const R: usize>(context: &Context, tile: &Tile, kv_head: usize, sc
         }
     }
     scores.clear();
-    scores.resize(stacked * KEY_BLOCK, 0.0);
+    resize_counted(scores, stacked * KEY_BLOCK, 0.0);
     acc.clear();
-    acc.resize(stacked * hdp, 0.0);
+    resize_counted(acc, stacked * hdp, 0.0);
     max.clear();
-    max.resize(stacked, f32::NEG_INFINITY);
+    resize_counted(max, stacked, f32::NEG_INFINITY);
     sum.clear();
-    sum.resize(stacked, 0.0);
-    keys_t.resize(head_dim * KEY_BLOCK, 0.0);
+    resize_counted(sum, stacked, 0.0);
+    resize_counted(keys_t, head_dim * KEY_BLOCK, 0.0);
     // Zeroed in full, so the padding columns are zero whatever an earlier call's head dim was.
     values.clear();
-    values.resize(KEY_BLOCK * hdp, 0.0);
+    resize_counted(values, KEY_BLOCK * hdp, 0.0);
     // Keys the tile's last row sees; earlier rows mask the rest of the last block.
     let visible_end = tile.first_query + tile.rows;
     for block_start in (0..visible_end).step_by(KEY_BLOCK) {

@@ -177,3 +177,22 @@ fn an_unloaded_adapter_stays_until_its_requests_finish() {
     let next = s.schedule(Instant::now());
     assert_eq!(changes(&next), [-7], "dropped with the first step after r");
 }
+
+/// `lora_requests_info`'s data: the adapters of the running and the waiting requests by name,
+/// each once, and none of it without LoRA.
+#[test]
+fn the_lora_load_names_the_adapters_running_and_waiting() {
+    let mut s = Scheduler::new(config(64), vec![EOS]);
+    assert_eq!(s.make_stats().lora, None, "no LoRA, no info");
+    s.serve_loras([(1, "a".to_string()), (2, "b".to_string())]);
+    for (i, lora) in [Some(1), Some(2), None, Some(1)].iter().enumerate() {
+        s.add(under(&format!("r{i}"), *lora, 4, 3), Instant::now())
+            .expect("admitted");
+    }
+    let _ = s.schedule(Instant::now());
+    let load = s.make_stats().lora.expect("LoRA on");
+    // One adapter slot: a runs (twice, named once), b waits.
+    assert_eq!(load.max_loras, 1);
+    assert_eq!(load.running, ["a"]);
+    assert_eq!(load.waiting, ["b"]);
+}
