@@ -83,6 +83,7 @@ fn steps(args: &Args) -> Vec<RecordStep> {
                     inter_token_latency_s: latencies,
                     ..IterationStats::default()
                 },
+                engine: 0,
             }
         })
         .collect()
