@@ -37,6 +37,11 @@ pub enum KvCacheEvent {
         token_ids: Vec<u32>,
         block_size: usize,
         medium: Medium,
+        /// The LoRA adapter the blocks were computed under (vLLM's `lora_id`); `None`: the
+        /// base model. A chain never mixes adapters: their hashes hang off different roots.
+        lora_id: Option<u32>,
+        /// The adapter's name (vLLM's `lora_name`), filled in by the scheduler, which knows it.
+        lora_name: Option<String>,
     },
     /// These blocks left `medium`: evicted from the prefix cache (`Gpu`), or brought back
     /// from or dropped by the swap pool (`Cpu`).
@@ -64,13 +69,27 @@ impl KvEventLog {
 
     /// As [`stored`](Self::stored), in `medium`.
     pub fn stored_in(&mut self, medium: Medium, parent: Option<BlockHash>, hash: BlockHash, tokens: &[u32]) {
+        self.stored_under(medium, None, parent, hash, tokens);
+    }
+
+    /// As [`stored_in`](Self::stored_in), computed under LoRA adapter `lora`.
+    pub fn stored_under(
+        &mut self,
+        medium: Medium,
+        lora: Option<u32>,
+        parent: Option<BlockHash>,
+        hash: BlockHash,
+        tokens: &[u32],
+    ) {
         if let Some(KvCacheEvent::BlockStored {
             block_hashes,
             token_ids,
             medium: last_medium,
+            lora_id,
             ..
         }) = self.events.last_mut()
             && *last_medium == medium
+            && *lora_id == lora
             && parent.is_some()
             && block_hashes.last().copied() == parent
         {
@@ -84,6 +103,8 @@ impl KvEventLog {
             token_ids: tokens.to_vec(),
             block_size: tokens.len(),
             medium,
+            lora_id: lora,
+            lora_name: None,
         });
     }
 
@@ -145,6 +166,8 @@ mod tests {
                     token_ids: vec![1, 2, 3, 4],
                     block_size: 2,
                     medium: Medium::Gpu,
+                    lora_id: None,
+                    lora_name: None,
                 },
                 KvCacheEvent::BlockStored {
                     block_hashes: vec![h(12)],
@@ -152,6 +175,8 @@ mod tests {
                     token_ids: vec![5, 6],
                     block_size: 2,
                     medium: Medium::Gpu,
+                    lora_id: None,
+                    lora_name: None,
                 },
                 KvCacheEvent::BlockRemoved {
                     block_hashes: vec![h(10), h(11)],
@@ -179,5 +204,24 @@ mod tests {
             })
             .collect();
         assert_eq!(media, [Medium::Gpu, Medium::Cpu, Medium::Gpu, Medium::Cpu]);
+    }
+
+    #[test]
+    fn chains_of_different_adapters_never_merge() {
+        let mut log = KvEventLog::default();
+        log.stored_under(Medium::Gpu, Some(1), None, h(10), &[1, 2]);
+        log.stored_under(Medium::Gpu, Some(1), Some(h(10)), h(11), &[3, 4]);
+        log.stored_under(Medium::Gpu, Some(2), Some(h(11)), h(12), &[5, 6]);
+        let adapters: Vec<(usize, Option<u32>)> = log
+            .take()
+            .iter()
+            .map(|e| match e {
+                KvCacheEvent::BlockStored {
+                    block_hashes, lora_id, ..
+                } => (block_hashes.len(), *lora_id),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(adapters, [(2, Some(1)), (1, Some(2))]);
     }
 }

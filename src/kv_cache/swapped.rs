@@ -38,7 +38,14 @@ impl Swapped {
 
     /// Counts its hashed blocks in `held` and records `BlockStored` in `CPU` for those the
     /// host pool did not hold yet; `tokens` are the request's, `block_size` per hashed block.
-    pub fn announce(&mut self, held: &mut HostHashes, log: &mut KvEventLog, tokens: &[u32], block_size: usize) {
+    pub fn announce(
+        &mut self,
+        held: &mut HostHashes,
+        log: &mut KvEventLog,
+        lora: Option<u32>,
+        tokens: &[u32],
+        block_size: usize,
+    ) {
         if self.announced || tokens.len() < self.hashes.len() * block_size {
             return;
         }
@@ -47,7 +54,7 @@ impl Swapped {
             let holders = held.holders.entry(*hash).or_insert(0);
             *holders += 1;
             if *holders == 1 {
-                log.stored_in(Medium::Cpu, parent, *hash, block);
+                log.stored_under(Medium::Cpu, lora, parent, *hash, block);
             }
             parent = Some(*hash);
         }

@@ -3,7 +3,7 @@
 //!
 //! - `EventBatch`: `[ts: float64, events: [...], data_parallel_rank: int]`;
 //! - `BlockStored`: `["BlockStored", block_hashes, parent_block_hash | nil, token_ids,
-//!   block_size, lora_id (nil), medium, lora_name (nil)]` (the trailing defaults
+//!   block_size, lora_id | nil, medium, lora_name | nil]` (the trailing defaults
 //!   `extra_keys` and `group_idx` left out, as msgspec omits them when unset);
 //! - `BlockRemoved`: `["BlockRemoved", block_hashes, medium]`;
 //!
@@ -47,6 +47,8 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
             token_ids,
             block_size,
             medium,
+            lora_id,
+            lora_name,
         } => {
             encode::write_array_len(out, 8)?;
             encode::write_str(out, "BlockStored")?;
@@ -60,9 +62,15 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
                 encode::write_uint(out, u64::from(token))?;
             }
             encode::write_uint(out, *block_size as u64)?;
-            write_nil(out)?; // lora_id
+            match lora_id {
+                Some(id) => drop(encode::write_uint(out, u64::from(*id))?),
+                None => write_nil(out)?,
+            }
             encode::write_str(out, medium.as_str())?;
-            write_nil(out)?; // lora_name
+            match lora_name {
+                Some(name) => encode::write_str(out, name)?,
+                None => write_nil(out)?,
+            }
         }
         KvCacheEvent::BlockRemoved { block_hashes, medium } => {
             encode::write_array_len(out, 3)?;
@@ -115,6 +123,8 @@ mod tests {
                 token_ids: vec![7, 300],
                 block_size: 1,
                 medium: Medium::Gpu,
+                lora_id: None,
+                lora_name: None,
             },
             KvCacheEvent::BlockRemoved {
                 block_hashes: vec![h(200)],
@@ -157,10 +167,35 @@ mod tests {
             token_ids: vec![1],
             block_size: 1,
             medium: Medium::Gpu,
+            lora_id: None,
+            lora_name: None,
         };
         let bytes = encode_batch(0.0, &[stored], 0);
         // ... "BlockStored", [5], 4, ...
         let tag_end = bytes.windows(11).position(|w| w == b"BlockStored").expect("tag") + 11;
         assert_eq!(&bytes[tag_end..tag_end + 3], &[0x91, 0x05, 0x04]);
+    }
+
+    /// A block computed under an adapter names it as vLLM's `BlockStored` does: `lora_id` an
+    /// integer before `medium`, `lora_name` a string after it.
+    #[test]
+    fn an_adapters_blocks_carry_its_id_and_name() {
+        let stored = KvCacheEvent::BlockStored {
+            block_hashes: vec![h(5)],
+            parent_block_hash: None,
+            token_ids: vec![1],
+            block_size: 1,
+            medium: Medium::Gpu,
+            lora_id: Some(3),
+            lora_name: Some("sql".into()),
+        };
+        let bytes = encode_batch(0.0, &[stored], 0);
+        let tag_end = bytes.windows(11).position(|w| w == b"BlockStored").expect("tag") + 11;
+        // [5], nil parent, [1], block_size 1, lora_id 3, "GPU", "sql"
+        let mut expected = vec![0x91, 0x05, 0xc0, 0x91, 0x01, 0x01, 0x03, 0xa3];
+        expected.extend(b"GPU");
+        expected.push(0xa3);
+        expected.extend(b"sql");
+        assert_eq!(&bytes[tag_end..tag_end + expected.len()], &expected[..]);
     }
 }

@@ -27,7 +27,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
-use super::events::{KvCacheEvent, KvEventLog};
+use super::events::{KvCacheEvent, KvEventLog, Medium};
 use super::residency::{BlockResidency, ResidencyObservations};
 use super::swapped::{HostHashes, Swapped};
 use crate::engine::types::RequestId;
@@ -436,7 +436,7 @@ impl BlockManager {
             if self.cache.insert(table.blocks[i], hash)
                 && let Some(log) = self.events.as_mut()
             {
-                log.stored(parent, hash, chunk);
+                log.stored_under(Medium::Gpu, lora, parent, hash, chunk);
             }
         }
     }
@@ -564,9 +564,9 @@ impl BlockManager {
 
     /// Announces swapped `id`'s hashed blocks in medium `CPU` (KV events on); `tokens` are
     /// its tokens so far. The scheduler calls it right after `swap_out`.
-    pub fn announce_swapped(&mut self, id: &RequestId, tokens: &[u32]) {
+    pub fn announce_swapped(&mut self, id: &RequestId, lora: Option<u32>, tokens: &[u32]) {
         if let (Some(log), Some(swapped)) = (self.events.as_mut(), self.swapped.get_mut(id)) {
-            swapped.announce(&mut self.host_hashes, log, tokens, self.block_size);
+            swapped.announce(&mut self.host_hashes, log, lora, tokens, self.block_size);
         }
     }
 

@@ -11,9 +11,21 @@ impl Scheduler {
         self.blocks.record_kv_events();
     }
 
-    /// The prefix-cache changes since the last call, oldest first (none unless recording).
+    /// The prefix-cache changes since the last call, oldest first (none unless recording),
+    /// each block computed under an adapter named by its adapter's name as well as its id.
     pub fn take_kv_events(&mut self) -> Vec<KvCacheEvent> {
-        self.blocks.take_kv_events()
+        let mut events = self.blocks.take_kv_events();
+        for event in &mut events {
+            if let KvCacheEvent::BlockStored {
+                lora_id: Some(id),
+                lora_name,
+                ..
+            } = event
+            {
+                *lora_name = self.lora_name(*id);
+            }
+        }
+        events
     }
 
     /// Hashes of the blocks in the prefix cache now, in no order: what a subscriber that

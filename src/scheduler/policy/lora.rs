@@ -101,4 +101,9 @@ impl Scheduler {
             waiting: distinct(&mut self.waiting.iter().chain(&self.swapped)),
         })
     }
+
+    /// Adapter `id`'s name, while it is served (`None` without `--enable-lora`).
+    pub(super) fn lora_name(&self, id: u32) -> Option<String> {
+        self.loras.names.as_ref()?.get(&id).cloned()
+    }
 }

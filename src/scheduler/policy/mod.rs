@@ -296,7 +296,7 @@ impl Scheduler {
             out.swap_out.extend(pairs);
             let mut request = self.running.remove(index);
             let computed = request.tokens(0, request.num_computed);
-            self.blocks.announce_swapped(&request.id, &computed);
+            self.blocks.announce_swapped(&request.id, request.lora, &computed);
             request.note(RequestEventKind::SwappedOut, now);
             tracing::debug!(id = %request.id, "preempted (swap)");
             self.swapped.push_back(request);

@@ -257,8 +257,8 @@ fn swapped_blocks_are_announced_in_the_cpu_medium_and_withdrawn_when_they_return
     assert_eq!(hashes.len(), 2, "two full blocks of 2");
 
     bm.swap_out(&a).expect("room on the host");
-    bm.announce_swapped(&a, &tokens);
-    bm.announce_swapped(&a, &tokens); // once only
+    bm.announce_swapped(&a, None, &tokens);
+    bm.announce_swapped(&a, None, &tokens); // once only
     assert_eq!(
         bm.take_kv_events(),
         vec![KvCacheEvent::BlockStored {
@@ -267,6 +267,8 @@ fn swapped_blocks_are_announced_in_the_cpu_medium_and_withdrawn_when_they_return
             token_ids: vec![1, 2, 3, 4],
             block_size: 2,
             medium: Medium::Cpu,
+            lora_id: None,
+            lora_name: None,
         }],
         "the same chain, in the host pool; the device copies stay cached (GPU) until evicted"
     );
@@ -288,7 +290,7 @@ fn swapped_blocks_are_announced_in_the_cpu_medium_and_withdrawn_when_they_return
     assert!(bm.take_kv_events().is_empty());
     run_prompt(&mut bm, &a, &tokens);
     bm.swap_out(&a).expect("room");
-    bm.announce_swapped(&a, &tokens);
+    bm.announce_swapped(&a, None, &tokens);
     bm.take_kv_events();
     bm.free_swapped(&a);
     let removed = bm.take_kv_events();

@@ -378,6 +378,7 @@ fn replay_events(set: &mut HashSet<BlockHash>, events: Vec<KvCacheEvent>) {
                 token_ids,
                 block_size,
                 medium,
+                ..
             } => {
                 assert_eq!(medium, Medium::Gpu, "this model never announces swapped blocks");
                 let mut parent = parent_block_hash;

@@ -196,3 +196,31 @@ fn the_lora_load_names_the_adapters_running_and_waiting() {
     assert_eq!(load.running, ["a"]);
     assert_eq!(load.waiting, ["b"]);
 }
+
+/// KV events name the adapter a block was computed under, by id and by name, as vLLM's
+/// `BlockStored` does, so a router's index keeps adapters apart; base-model blocks name none.
+#[test]
+fn stored_blocks_name_their_adapter() {
+    let mut s = Scheduler::new(
+        crate::scheduler::SchedulerConfig {
+            enable_prefix_caching: true,
+            max_loras: 4,
+            ..config(64)
+        },
+        vec![EOS],
+    );
+    s.serve_loras([(1, "sql".to_string())]);
+    s.record_kv_events();
+    let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
+    cached_tokens(&mut s, &mut fake, under("a", Some(1), 13, 1));
+    cached_tokens(&mut s, &mut fake, under("b", None, 13, 1));
+    let stored: Vec<(Option<u32>, Option<String>)> = s
+        .take_kv_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            crate::kv_cache::events::KvCacheEvent::BlockStored { lora_id, lora_name, .. } => Some((lora_id, lora_name)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, [(Some(1), Some("sql".to_string())), (None, None)]);
+}
