@@ -131,11 +131,13 @@ fn one_prometheus_over_the_fleet_answers_vllms_dashboards_and_the_clients_ttft_p
         "sum by (instance) (histogram_count(vllm:time_to_first_token_seconds{job=\"kiln\"}))",
     );
     assert_eq!(per_replica.len(), 2, "{per_replica:?}");
-    let routed = classic.scalar(&client, "sum(vllm_router_processed_requests_total{job=\"router\"})");
-    assert!(
-        routed.is_some_and(|r| r >= (2 + REQUESTS + 4) as f64),
-        "the router's processed requests: {routed:?}"
-    );
+    // The router counts a request as its response ends, and Prometheus scrapes it on its own
+    // schedule: wait for a scrape taken after the last one.
+    wait_until("the router's processed requests scraped", || {
+        classic
+            .scalar(&client, "sum(vllm_router_processed_requests_total{job=\"router\"})")
+            .is_some_and(|r| r >= (2 + REQUESTS + 4) as f64)
+    });
 
     // Fleet-wide p99 from the native histograms, summed over the replicas.
     let query =
