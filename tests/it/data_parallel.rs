@@ -26,6 +26,14 @@ fn per_engine(t: &Tiny, name: &str) -> [f64; 2] {
     [engine_sum(&metrics, name, 0), engine_sum(&metrics, name, 1)]
 }
 
+/// Waits until the engines' finished requests add up to `requests`: the stats actor records
+/// a request after its response goes out, so a scrape made at once may miss it.
+fn settled(t: &Tiny, requests: f64) {
+    crate::common::wait::wait_until("the stats actor to count every finished request", || {
+        per_engine(t, "vllm:request_success_total").iter().sum::<f64>() == requests
+    });
+}
+
 fn two_engines() -> Tiny {
     start_tiny(|c| {
         c.engine.data_parallel_size = 2;
@@ -94,6 +102,7 @@ fn two_engines_spread_honour_pins_and_their_counters_sum_to_the_clients() {
         assert_eq!(status, 200, "{body}");
         count(&body);
     }
+    settled(&t, 5.0);
     assert_eq!(per_engine(&t, "vllm:request_success_total"), [2.0, 3.0]);
     // Not pinned, no prefix in common: both engines get some.
     for seed in 5..11 {
@@ -101,6 +110,7 @@ fn two_engines_spread_honour_pins_and_their_counters_sum_to_the_clients() {
         assert_eq!(status, 200, "{body}");
         count(&body);
     }
+    settled(&t, requests);
     let success = per_engine(&t, "vllm:request_success_total");
     assert!(
         success[0] > 2.0 && success[1] > 3.0,
@@ -145,6 +155,7 @@ fn a_repeated_prefix_goes_to_the_engine_that_cached_it() {
     let shared = prompt(40, 40);
     let (status, first) = complete(&t, json!({"prompt": shared, "max_tokens": 2}), None);
     assert_eq!(status, 200, "{first}");
+    settled(&t, 1.0);
     let holder = if per_engine(&t, "vllm:request_success_total")[0] == 1.0 {
         0
     } else {
@@ -157,6 +168,7 @@ fn a_repeated_prefix_goes_to_the_engine_that_cached_it() {
         let cached = body["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
         assert!(cached >= Some(36), "the repeat hit the cache: {body}");
     }
+    settled(&t, 5.0);
     let success = per_engine(&t, "vllm:request_success_total");
     assert_eq!(
         success[holder], 5.0,

@@ -32,7 +32,9 @@ def check(base_url):
     model = c.models.list().data[0].id
     completion = c.completions.create(model=model, prompt="The capital of France is", max_tokens=6)
     assert completion.choices[0].text, completion
-    assert completion.usage.completion_tokens == 6, completion.usage
+    # The client's default temperature samples, so the model may end before max_tokens.
+    tokens, finish = completion.usage.completion_tokens, completion.choices[0].finish_reason
+    assert tokens == 6 or (1 <= tokens < 6 and finish == "stop"), completion
     chat = c.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Hello there"}], max_tokens=6
     )
