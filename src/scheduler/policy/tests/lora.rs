@@ -79,16 +79,21 @@ fn cached_tokens(s: &mut Scheduler, fake: &mut FakeExecutor, new: NewRequest) ->
     cached.expect("scheduled")
 }
 
-#[test]
-fn a_prefix_computed_under_one_adapter_is_reused_only_under_the_same_adapter() {
-    let mut s = Scheduler::new(
+/// A scheduler with prefix caching and room for four adapters in a step.
+fn caching_scheduler() -> Scheduler {
+    Scheduler::new(
         crate::scheduler::SchedulerConfig {
             enable_prefix_caching: true,
             max_loras: 4,
             ..config(64)
         },
         vec![EOS],
-    );
+    )
+}
+
+#[test]
+fn a_prefix_computed_under_one_adapter_is_reused_only_under_the_same_adapter() {
+    let mut s = caching_scheduler();
     let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
     assert_eq!(cached_tokens(&mut s, &mut fake, under("a", Some(1), 13, 1)), 0);
     assert_eq!(
@@ -201,14 +206,7 @@ fn the_lora_load_names_the_adapters_running_and_waiting() {
 /// `BlockStored` does, so a router's index keeps adapters apart; base-model blocks name none.
 #[test]
 fn stored_blocks_name_their_adapter() {
-    let mut s = Scheduler::new(
-        crate::scheduler::SchedulerConfig {
-            enable_prefix_caching: true,
-            max_loras: 4,
-            ..config(64)
-        },
-        vec![EOS],
-    );
+    let mut s = caching_scheduler();
     s.serve_loras([(1, "sql".to_string())]);
     s.record_kv_events();
     let mut fake = FakeExecutor::new(1000, FakeBehaviour::default());
