@@ -121,7 +121,9 @@ fn start_fleet(args: &Args, client: &Client, mode: &str) -> anyhow::Result<Fleet
             .stderr(Stdio::null());
         if kv_aware {
             let events = free_port()?;
-            let config = json!({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": format!("tcp://*:{events}"), "topic": "kv"});
+            // The empty topic (vLLM's default): vllm-router's static sources subscribe to it alone.
+            let config =
+                json!({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": format!("tcp://*:{events}")});
             command.args(["--kv-events-config", &config.to_string()]);
             event_sources.push(format!("http://127.0.0.1:{port}=tcp://127.0.0.1:{events}"));
         }

@@ -1,14 +1,19 @@
-//! vLLM's KV-event payload, byte for byte as msgspec writes it (vLLM 0.20.0,
-//! `vllm/distributed/kv_events.py`, whose structs are `array_like=True, omit_defaults=True`):
+//! vLLM's KV-event payload, byte for byte as msgspec writes it (`vllm/distributed/kv_events.py`
+//! since vLLM PR #42892, 2026: `EventBatch` is `array_like=True`, the events are tagged maps,
+//! all `omit_defaults=True`):
 //!
 //! - `EventBatch`: `[ts: float64, events: [...], data_parallel_rank: int]`;
-//! - `BlockStored`: `["BlockStored", block_hashes, parent_block_hash | nil, token_ids,
-//!   block_size, lora_id | nil, medium, lora_name | nil]` (the trailing defaults
-//!   `extra_keys` and `group_idx` left out, as msgspec omits them when unset);
-//! - `BlockRemoved`: `["BlockRemoved", block_hashes, medium]`;
+//! - `BlockStored`: `{"type": "BlockStored", "block_hashes", "parent_block_hash" (nil for
+//!   none), "token_ids", "block_size", "lora_id" (nil), "medium", "lora_name" (nil)}` (the
+//!   defaulted `extra_keys`, `group_idx` and `kv_cache_spec_*` left out, as msgspec omits them
+//!   when unset);
+//! - `BlockRemoved`: `{"type": "BlockRemoved", "block_hashes", "medium"}`;
+//! - `AllBlocksCleared`: `{"type": "AllBlocksCleared"}`.
 //!
 //! `medium` is `"GPU"` for kiln's own KV pool (on any device) and `"CPU"` for its host swap pool.
-//! - `AllBlocksCleared`: `["AllBlocksCleared"]`.
+//! The events were positional arrays (`["BlockStored", ...]`) before that PR; current
+//! consumers read maps only (vllm-router 0.1.17 refuses any other event: "KV event must be a
+//! tagged map"), llm-d's adapter both.
 //!
 //! Hashes are unsigned integers (vLLM's default, `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`);
 //! integers take msgpack's smallest form, as msgspec writes them.
@@ -50,40 +55,55 @@ fn write_event(out: &mut Vec<u8>, event: &KvCacheEvent) -> Result<(), ValueWrite
             lora_id,
             lora_name,
         } => {
-            encode::write_array_len(out, 8)?;
-            encode::write_str(out, "BlockStored")?;
+            encode::write_map_len(out, 8)?;
+            write_tag(out, "BlockStored")?;
+            encode::write_str(out, "block_hashes")?;
             write_hashes(out, block_hashes)?;
+            encode::write_str(out, "parent_block_hash")?;
             match parent_block_hash {
                 Some(hash) => drop(encode::write_uint(out, hash.external())?),
                 None => write_nil(out)?,
             }
+            encode::write_str(out, "token_ids")?;
             encode::write_array_len(out, len(token_ids.len()))?;
             for &token in token_ids {
                 encode::write_uint(out, u64::from(token))?;
             }
+            encode::write_str(out, "block_size")?;
             encode::write_uint(out, *block_size as u64)?;
+            encode::write_str(out, "lora_id")?;
             match lora_id {
                 Some(id) => drop(encode::write_uint(out, u64::from(*id))?),
                 None => write_nil(out)?,
             }
+            encode::write_str(out, "medium")?;
             encode::write_str(out, medium.as_str())?;
+            encode::write_str(out, "lora_name")?;
             match lora_name {
                 Some(name) => encode::write_str(out, name)?,
                 None => write_nil(out)?,
             }
         }
         KvCacheEvent::BlockRemoved { block_hashes, medium } => {
-            encode::write_array_len(out, 3)?;
-            encode::write_str(out, "BlockRemoved")?;
+            encode::write_map_len(out, 3)?;
+            write_tag(out, "BlockRemoved")?;
+            encode::write_str(out, "block_hashes")?;
             write_hashes(out, block_hashes)?;
+            encode::write_str(out, "medium")?;
             encode::write_str(out, medium.as_str())?;
         }
         KvCacheEvent::AllBlocksCleared => {
-            encode::write_array_len(out, 1)?;
-            encode::write_str(out, "AllBlocksCleared")?;
+            encode::write_map_len(out, 1)?;
+            write_tag(out, "AllBlocksCleared")?;
         }
     }
     Ok(())
+}
+
+/// msgspec's `tag=True`: the class name under `"type"`, the map's first key.
+fn write_tag(out: &mut Vec<u8>, name: &str) -> Result<(), ValueWriteError> {
+    encode::write_str(out, "type")?;
+    encode::write_str(out, name)
 }
 
 /// Each hash as its last 8 digest bytes, big-endian (vLLM's integer block hashes).
@@ -112,8 +132,15 @@ mod tests {
         BlockHash::from_u64(v)
     }
 
+    /// msgpack's fixstr: a length byte, then the bytes.
+    fn s(text: &str) -> Vec<u8> {
+        let mut out = vec![0xa0 | u8::try_from(text.len()).expect("short")];
+        out.extend(text.as_bytes());
+        out
+    }
+
     /// The exact bytes for one event of each kind, written out by hand from the msgpack spec
-    /// in the field order of vLLM's structs.
+    /// in the field order of vLLM's structs, the tag first.
     #[test]
     fn a_batch_has_vllm_field_order_and_msgpack_shapes() {
         let events = [
@@ -136,27 +163,43 @@ mod tests {
         let mut expected = vec![0x93, 0xcb];
         expected.extend(1.5f64.to_be_bytes());
         expected.push(0x93); // three events
-        expected.push(0x98); // BlockStored: 8 fields
-        expected.push(0xa0 | 11);
-        expected.extend(b"BlockStored");
+        expected.push(0x88); // BlockStored: a map of 8
+        expected.extend(s("type"));
+        expected.extend(s("BlockStored"));
+        expected.extend(s("block_hashes"));
         expected.extend([0x92, 0x01, 0xcf]); // [1, u64::MAX as uint64]
         expected.extend(u64::MAX.to_be_bytes());
+        expected.extend(s("parent_block_hash"));
         expected.push(0xc0); // no parent
+        expected.extend(s("token_ids"));
         expected.extend([0x92, 0x07, 0xcd, 0x01, 0x2c]); // [7, 300 as uint16]
-        expected.push(0x01); // block_size
-        expected.push(0xc0); // lora_id
-        expected.extend([0xa3, b'G', b'P', b'U']); // medium
-        expected.push(0xc0); // lora_name
-        expected.push(0x93); // BlockRemoved: 3 fields
-        expected.push(0xa0 | 12);
-        expected.extend(b"BlockRemoved");
+        expected.extend(s("block_size"));
+        expected.push(0x01);
+        expected.extend(s("lora_id"));
+        expected.push(0xc0);
+        expected.extend(s("medium"));
+        expected.extend(s("GPU"));
+        expected.extend(s("lora_name"));
+        expected.push(0xc0);
+        expected.push(0x83); // BlockRemoved: a map of 3
+        expected.extend(s("type"));
+        expected.extend(s("BlockRemoved"));
+        expected.extend(s("block_hashes"));
         expected.extend([0x91, 0xcc, 200]); // [200 as uint8]
-        expected.extend([0xa3, b'C', b'P', b'U']); // the swap pool's medium
-        expected.push(0x91); // AllBlocksCleared: the tag alone
-        expected.push(0xa0 | 16);
-        expected.extend(b"AllBlocksCleared");
+        expected.extend(s("medium"));
+        expected.extend(s("CPU")); // the swap pool's medium
+        expected.push(0x81); // AllBlocksCleared: the tag alone
+        expected.extend(s("type"));
+        expected.extend(s("AllBlocksCleared"));
         expected.push(0x00); // data_parallel_rank
         assert_eq!(bytes, expected);
+    }
+
+    /// The bytes after `key`'s name in the first event.
+    fn after<'a>(bytes: &'a [u8], key: &str) -> &'a [u8] {
+        let key = s(key);
+        let at = bytes.windows(key.len()).position(|w| w == key).expect("key") + key.len();
+        &bytes[at..]
     }
 
     #[test]
@@ -171,13 +214,12 @@ mod tests {
             lora_name: None,
         };
         let bytes = encode_batch(0.0, &[stored], 0);
-        // ... "BlockStored", [5], 4, ...
-        let tag_end = bytes.windows(11).position(|w| w == b"BlockStored").expect("tag") + 11;
-        assert_eq!(&bytes[tag_end..tag_end + 3], &[0x91, 0x05, 0x04]);
+        assert_eq!(after(&bytes, "block_hashes")[..2], [0x91, 0x05]);
+        assert_eq!(after(&bytes, "parent_block_hash")[0], 0x04);
     }
 
     /// A block computed under an adapter names it as vLLM's `BlockStored` does: `lora_id` an
-    /// integer before `medium`, `lora_name` a string after it.
+    /// integer, `lora_name` a string.
     #[test]
     fn an_adapters_blocks_carry_its_id_and_name() {
         let stored = KvCacheEvent::BlockStored {
@@ -190,12 +232,7 @@ mod tests {
             lora_name: Some("sql".into()),
         };
         let bytes = encode_batch(0.0, &[stored], 0);
-        let tag_end = bytes.windows(11).position(|w| w == b"BlockStored").expect("tag") + 11;
-        // [5], nil parent, [1], block_size 1, lora_id 3, "GPU", "sql"
-        let mut expected = vec![0x91, 0x05, 0xc0, 0x91, 0x01, 0x01, 0x03, 0xa3];
-        expected.extend(b"GPU");
-        expected.push(0xa3);
-        expected.extend(b"sql");
-        assert_eq!(&bytes[tag_end..tag_end + expected.len()], &expected[..]);
+        assert_eq!(after(&bytes, "lora_id")[0], 0x03);
+        assert_eq!(after(&bytes, "lora_name")[..4], s("sql")[..]);
     }
 }

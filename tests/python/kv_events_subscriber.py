@@ -82,15 +82,31 @@ def parse_topic(topic):
     return (parts[1], parts[2]) if len(parts) == 3 else (topic, "")
 
 
+# The fields vLLM always writes (no default), in its structs' order; the defaulted ones
+# (the rest of BLOCK_STORED_FIELDS / BLOCK_REMOVED_FIELDS) it omits when unset.
+REQUIRED_FIELDS = {
+    "BlockStored": BLOCK_STORED_FIELDS[:7],
+    "BlockRemoved": BLOCK_REMOVED_FIELDS[:2],
+    "AllBlocksCleared": [],
+}
+
+
 def event_fields(event):
-    """Positional fields of an array- or map-encoded event, tag first."""
-    if isinstance(event, list):
-        return event
-    if isinstance(event, dict):
-        tag = event["type"]
-        order = {"BlockStored": BLOCK_STORED_FIELDS, "BlockRemoved": BLOCK_REMOVED_FIELDS}.get(tag, [])
-        return [tag] + [event.get(name) for name in order]
-    raise ValueError(f"event is neither an array nor a map: {type(event).__name__}")
+    """A map-encoded event's fields, tag first, in vLLM's order (vLLM writes each event as a
+    map tagged by "type" since its PR #42892; the positional arrays before it are refused, as
+    vllm-router 0.1.17 refuses them)."""
+    if not isinstance(event, dict):
+        raise ValueError(f"event is not a tagged map: {event!r}")
+    keys = list(event)
+    if not keys or keys[0] != "type":
+        raise ValueError(f"the tag is not the first key: {keys!r}")
+    tag = event["type"]
+    allowed = {"BlockStored": BLOCK_STORED_FIELDS, "BlockRemoved": BLOCK_REMOVED_FIELDS}.get(tag, [])
+    unknown = [k for k in keys[1:] if k not in allowed]
+    missing = [k for k in REQUIRED_FIELDS.get(tag, []) if k not in event]
+    if unknown or missing:
+        raise ValueError(f"{tag}: unknown fields {unknown!r}, missing {missing!r}")
+    return [tag] + [event[name] for name in REQUIRED_FIELDS.get(tag, [])]
 
 
 class Index:
@@ -144,12 +160,17 @@ class Index:
         if len(batch) == 3 and batch[2] != 0:
             self.error(f"data_parallel_rank {batch[2]!r}")
         for event in events:
-            self.apply_event(event_fields(event))
+            try:
+                fields = event_fields(event)
+            except ValueError as e:
+                self.error(str(e))
+                continue
+            self.apply_event(fields)
 
     def apply_event(self, fields):
         tag = fields[0] if fields else None
         if tag == "BlockStored":
-            if len(fields) != 8:  # vLLM 0.20's array: tag + 7 fields, trailing defaults omitted
+            if len(fields) != 8:  # the tag and the 7 fields vLLM always writes
                 self.error(f"BlockStored has {len(fields)} fields")
             hashes = [hash_as_u64(h) for h in fields[1]]
             parent = None if fields[2] is None else hash_as_u64(fields[2])

@@ -107,11 +107,13 @@ impl Router {
     /// forwards `/v1/models`.
     pub fn start(program_var: &str, args: &[String], port: u16) -> Self {
         let log = tempfile::NamedTempFile::new().expect("log file");
+        // vllm-router logs to stdout: both streams into the one file, through one offset.
+        let file = log.reopen().expect("log");
         let child = Command::new(tool(program_var))
             .args(args)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("log"))
+            .stdout(file.try_clone().expect("log"))
+            .stderr(file)
             .spawn()
             .expect("the router starts");
         let mut router = Self {

@@ -5,12 +5,14 @@
 //! the replicas (each replica's own `vllm:request_success_total`); `power_of_two` sends new
 //! requests to the replica that is not busy with requests sent to it directly; a session sticks to one
 //! replica under consistent hashing; a repeated prefix lands where it is cached under
-//! `cache_aware` (that replica's `vllm:prefix_cache_hits_total`); a replica killed mid-traffic
+//! `cache_aware` (that replica's `vllm:prefix_cache_hits_total`), and a prefix warmed on one
+//! replica is credited to it by vllm-router's `kv_aware` from kiln's KV events; a replica killed mid-traffic
 //! costs the clients no more than the counted errors, and is taken back after its restart.
 
 mod data_parallel;
 mod fleet;
 mod fleet_prometheus;
+mod kv_aware;
 mod load_aware;
 mod smg;
 mod vllm_router;
