@@ -19,13 +19,14 @@ use crate::common::start_model;
 /// Largest allowed |kiln − transformers + PEFT| for a first-step logit: both run f32 on the
 /// same weights; kiln folds the scaling into B and sums in another order. Logits are of
 /// magnitude 1–20, as in `arch_parity`.
-const LOGIT_TOLERANCE: f32 = 1e-3;
+pub(crate) const LOGIT_TOLERANCE: f32 = 1e-3;
 
-fn adapter_dir(arch: &str, name: &str) -> PathBuf {
+/// An adapter's path under `tests/data/tiny/<arch>/lora/`: a PEFT folder, or a `.gguf` file.
+pub(crate) fn adapter_dir(arch: &str, name: &str) -> PathBuf {
     fixture(arch).join("lora").join(name)
 }
 
-fn ids(v: &Value) -> Vec<u32> {
+pub(crate) fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .expect("array")
         .iter()
@@ -34,7 +35,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 /// Serves `adapters` of `arch` (ids from 1, in order), at most `max_loras` in a step.
-fn with_adapters(arch: &str, adapters: &[&str], max_loras: usize) -> impl FnOnce(&mut Config) {
+pub(crate) fn with_adapters(arch: &str, adapters: &[&str], max_loras: usize) -> impl FnOnce(&mut Config) {
     let modules: Vec<LoraModule> = adapters
         .iter()
         .map(|name| LoraModule {
@@ -51,20 +52,25 @@ fn with_adapters(arch: &str, adapters: &[&str], max_loras: usize) -> impl FnOnce
     }
 }
 
-fn under(id: &str, lora: Option<u32>, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
+pub(crate) fn under(id: &str, lora: Option<u32>, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
     NewRequest {
         lora,
         ..greedy_request(id, prompt, max_tokens, true)
     }
 }
 
-/// The adapter's first-step logits, one prompt at a time, then its greedy tokens with every
-/// prompt in one batch, against transformers + PEFT.
 fn adapter_matches_peft(arch: &str, adapter: &str) {
-    let reference = read_reference(&adapter_dir(arch, adapter));
+    served_adapter_matches_peft(&fixture(arch).join("hf"), arch, adapter, adapter);
+}
+
+/// The adapter `served` (under `lora/`) on the base `model`: its first-step logits, one prompt
+/// at a time, then its greedy tokens with every prompt in one batch, against transformers +
+/// PEFT's `reference` adapter.
+pub(crate) fn served_adapter_matches_peft(model: &std::path::Path, arch: &str, served: &str, reference: &str) {
+    let adapter = served;
+    let reference = read_reference(&adapter_dir(arch, reference));
     let cases = reference["f32"].as_array().expect("cases");
-    let (mut scheduler, mut runner) =
-        direct_engine(&fixture(arch).join("hf"), with_adapters(arch, &[adapter], 1)).expect("engine");
+    let (mut scheduler, mut runner) = direct_engine(model, with_adapters(arch, &[adapter], 1)).expect("engine");
     let mut worst = 0.0f32;
     for (i, case) in cases.iter().enumerate() {
         scheduler
@@ -134,10 +140,17 @@ fn a_phi3_adapter_on_fused_qkv_and_gate_up_matches_peft() {
 /// request gets the tokens it gets alone, and the reference's.
 #[test]
 fn a_mixed_batch_gives_every_request_the_tokens_it_gets_alone() {
-    let names = ["all", "rs", "mlp"];
+    mixed_batch_matches_alone(&[("all", "all"), ("rs", "rs"), ("mlp", "mlp")]);
+}
+
+/// `adapters` (served name under `lora/`, its PEFT reference) of the tiny Llama and the base
+/// model, every prompt under each, all in one batch: each request gets the tokens it gets
+/// alone, and the reference's.
+pub(crate) fn mixed_batch_matches_alone(adapters: &[(&str, &str)]) {
+    let names: Vec<&str> = adapters.iter().map(|(served, _)| *served).collect();
     let mut references: Vec<(Option<u32>, Value)> = vec![(None, read_reference(&fixture("llama")))];
-    for (i, name) in names.iter().enumerate() {
-        references.push((Some(i as u32 + 1), read_reference(&adapter_dir("llama", name))));
+    for (i, (_, reference)) in adapters.iter().enumerate() {
+        references.push((Some(i as u32 + 1), read_reference(&adapter_dir("llama", reference))));
     }
     let engine = || direct_engine(&fixture("llama").join("hf"), with_adapters("llama", &names, 4)).expect("engine");
     let mut requests = Vec::new();
@@ -171,7 +184,11 @@ fn a_mixed_batch_gives_every_request_the_tokens_it_gets_alone() {
     }
     let first = scheduler.schedule(Instant::now());
     let loras: std::collections::BTreeSet<Option<u32>> = first.sequences.iter().map(|s| s.lora).collect();
-    assert_eq!(loras.len(), 4, "the first step mixes the three adapters and the base");
+    assert_eq!(
+        loras.len(),
+        names.len() + 1,
+        "the first step mixes the adapters and the base"
+    );
     let output = runner.execute(&first).expect("step");
     scheduler.update_from_output(&first, output, Instant::now());
     let mixed = run_to_completion(&mut scheduler, &mut runner).tokens;

@@ -14,7 +14,7 @@ fn adapter_dir(name: &str) -> PathBuf {
     fixture("llama").join("lora").join(name)
 }
 
-fn runtime_lora(max_cpu_loras: usize, max_lora_rank: usize) -> impl FnOnce(&mut Config) {
+pub(crate) fn runtime_lora(max_cpu_loras: usize, max_lora_rank: usize) -> impl FnOnce(&mut Config) {
     move |c: &mut Config| {
         c.engine.kv_cache_memory = "8MiB".into();
         c.lora.enable_lora = true;
@@ -26,12 +26,12 @@ fn runtime_lora(max_cpu_loras: usize, max_lora_rank: usize) -> impl FnOnce(&mut 
 }
 
 /// Posts `body` and returns the status and the body as text (success is plain text).
-fn post_text(t: &Tiny, path: &str, body: &Value) -> (u16, String) {
+pub(crate) fn post_text(t: &Tiny, path: &str, body: &Value) -> (u16, String) {
     let resp = t.client.post(t.server.url(path)).json(body).send().expect("request");
     (resp.status().as_u16(), resp.text().expect("body"))
 }
 
-fn load(t: &Tiny, name: &str, path: &str) -> (u16, String) {
+pub(crate) fn load(t: &Tiny, name: &str, path: &str) -> (u16, String) {
     post_text(
         t,
         "/v1/load_lora_adapter",
@@ -39,7 +39,7 @@ fn load(t: &Tiny, name: &str, path: &str) -> (u16, String) {
     )
 }
 
-fn model_ids(t: &Tiny) -> Vec<String> {
+pub(crate) fn model_ids(t: &Tiny) -> Vec<String> {
     let (status, text) = t.get_text("/v1/models");
     assert_eq!(status, 200);
     let models: Value = serde_json::from_str(&text).expect("json");
@@ -52,7 +52,7 @@ fn model_ids(t: &Tiny) -> Vec<String> {
 }
 
 /// The greedy completion of the first reference prompt under `model`.
-fn complete(t: &Tiny, model: &str) -> (u16, Value) {
+pub(crate) fn complete(t: &Tiny, model: &str) -> (u16, Value) {
     let prompt = &read_reference(&fixture("llama"))["f32"][0]["prompt_ids"];
     t.post(
         "/v1/completions",
@@ -60,7 +60,7 @@ fn complete(t: &Tiny, model: &str) -> (u16, Value) {
     )
 }
 
-fn error_message(text: &str) -> String {
+pub(crate) fn error_message(text: &str) -> String {
     let body: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
     body["error"]["message"].as_str().expect("message").to_string()
 }

@@ -1,8 +1,8 @@
-//! Reads a PEFT adapter folder into per-layer deltas on kiln's fused projections, refusing
-//! what does not fit the base model.
+//! Reads a PEFT folder, and places an adapter read from either format as per-layer deltas on
+//! kiln's fused projections, refusing what does not fit the base model.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
 
@@ -11,11 +11,11 @@ use super::{LayerLora, LoraAdapter, LoraDelta, LoraError, Target};
 use crate::model::config::ModelConfig;
 
 /// A tensor as read: its shape and its values widened to f32.
-type ShapedValues = (Vec<usize>, Vec<f32>);
+pub(super) type ShapedValues = (Vec<usize>, Vec<f32>);
 
 /// Where a PEFT module lands: the fused projection, the first output column it writes, its
 /// output and input widths.
-fn placement(module: &str, c: &ModelConfig) -> Option<(Target, usize, usize, usize)> {
+pub(super) fn placement(module: &str, c: &ModelConfig) -> Option<(Target, usize, usize, usize)> {
     let (q, kv, hidden, ffn) = (c.q_dim(), c.kv_dim(), c.hidden_size, c.intermediate_size);
     Some(match module {
         "self_attn.q_proj" => (Target::Qkv, 0, q, hidden),
@@ -43,14 +43,29 @@ fn parse_key(key: &str) -> Option<(usize, &str, bool)> {
     Some((layer.parse().ok()?, module, is_a))
 }
 
-/// Loads the adapter at `dir` for the base `model`; `id` is its slot in requests.
-pub fn load_adapter(
-    id: u32,
-    name: &str,
-    dir: &Path,
-    model: &ModelConfig,
-    max_rank: usize,
-) -> Result<LoraAdapter, LoraError> {
+/// An adapter's modules as read from either format, before they are placed: (layer, PEFT
+/// module name) → [A, B].
+pub(super) type ModulePairs = BTreeMap<(usize, String), [Option<ShapedValues>; 2]>;
+
+/// How the format states the scaling: PEFT fixes the rank and the factor in its config; a
+/// GGUF adapter gives `alpha` and each module's rank is its A's rows (llama.cpp's rule: no
+/// alpha, no scaling).
+pub(super) enum Scaling {
+    Fixed { rank: usize, factor: f32 },
+    AlphaOverRank(f32),
+}
+
+/// An adapter as read, for [`assemble`].
+pub(super) struct ReadAdapter {
+    /// The weights file, for errors.
+    pub file: PathBuf,
+    pub pairs: ModulePairs,
+    pub scaling: Scaling,
+    pub base_model_name_or_path: Option<String>,
+}
+
+/// Reads a PEFT folder's config and tensors, refusing what kiln cannot apply.
+pub(super) fn read_peft_folder(dir: &Path, model: &ModelConfig, max_rank: usize) -> Result<ReadAdapter, LoraError> {
     let config = AdapterConfig::read(dir)?;
     let unsupported = config.unsupported();
     if !unsupported.is_empty() {
@@ -76,8 +91,7 @@ pub fn load_adapter(
         source,
     })?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| invalid(e.to_string()))?;
-    // (layer, module) → [A, B].
-    let mut pairs: BTreeMap<(usize, String), [Option<ShapedValues>; 2]> = BTreeMap::new();
+    let mut pairs = ModulePairs::new();
     for (key, view) in st.tensors() {
         let Some((layer, module, is_a)) = parse_key(&key) else {
             return Err(LoraError::Unsupported {
@@ -85,47 +99,105 @@ pub fn load_adapter(
                 message: format!("tensor `{key}` (kiln applies LoRA to q/k/v/o and gate/up/down only)"),
             });
         };
-        if placement(module, model).is_none() {
-            return Err(LoraError::Unsupported {
-                path: path.clone(),
-                message: format!("target module `{module}` (of `{key}`)"),
-            });
-        }
-        if layer >= model.num_layers {
-            return Err(invalid(format!(
-                "`{key}`: the base model has {} layers",
-                model.num_layers
-            )));
-        }
+        check_module(&path, &key, layer, module, model)?;
         let values =
             to_f32(view.dtype(), view.data()).ok_or_else(|| invalid(format!("`{key}`: dtype {:?}", view.dtype())))?;
         pairs.entry((layer, module.to_string())).or_default()[usize::from(!is_a)] =
             Some((view.shape().to_vec(), values));
     }
+    Ok(ReadAdapter {
+        file: path,
+        pairs,
+        scaling: Scaling::Fixed {
+            rank: config.r,
+            factor: config.scaling(),
+        },
+        base_model_name_or_path: config.base_model_name_or_path,
+    })
+}
+
+/// Refuses a module kiln does not apply, or a layer the base does not have.
+pub(super) fn check_module(
+    path: &Path,
+    key: &str,
+    layer: usize,
+    module: &str,
+    model: &ModelConfig,
+) -> Result<(), LoraError> {
+    if placement(module, model).is_none() {
+        return Err(LoraError::Unsupported {
+            path: path.to_path_buf(),
+            message: format!("target module `{module}` (of `{key}`)"),
+        });
+    }
+    if layer >= model.num_layers {
+        return Err(LoraError::Invalid {
+            path: path.to_path_buf(),
+            message: format!("`{key}`: the base model has {} layers", model.num_layers),
+        });
+    }
+    Ok(())
+}
+
+/// Places every module on its fused projection, checking its shapes against the base and
+/// folding the scaling into B.
+pub(super) fn assemble(
+    id: u32,
+    name: &str,
+    path: &Path,
+    model: &ModelConfig,
+    max_rank: usize,
+    read: ReadAdapter,
+) -> Result<LoraAdapter, LoraError> {
+    let ReadAdapter {
+        file,
+        pairs,
+        scaling,
+        base_model_name_or_path,
+    } = read;
+    let invalid = |message: String| LoraError::Invalid {
+        path: file.clone(),
+        message,
+    };
     if pairs.is_empty() {
         return Err(invalid("no LoRA tensors".into()));
     }
-    let scaling = config.scaling();
     let mut layers = vec![LayerLora::default(); model.num_layers];
+    let mut adapter_rank = 0;
     for ((layer, module), [a, b]) in pairs {
-        let (target, offset, outputs, inputs) = placement(&module, model).expect("checked above");
+        let (target, offset, outputs, inputs) = placement(&module, model).expect("checked when read");
         let missing = |which: &str| invalid(format!("layer {layer} `{module}` has no lora_{which}"));
         let (a_shape, a) = a.ok_or_else(|| missing("A"))?;
         let (b_shape, mut b) = b.ok_or_else(|| missing("B"))?;
-        let fits = a_shape == [config.r, inputs] && b_shape == [outputs, config.r];
+        let (rank, factor) = match scaling {
+            Scaling::Fixed { rank, factor } => (rank, factor),
+            Scaling::AlphaOverRank(alpha) => {
+                let rank = a_shape.first().copied().unwrap_or(0);
+                (rank, if alpha == 0.0 { 1.0 } else { alpha / rank as f32 })
+            }
+        };
+        if rank > max_rank {
+            return Err(LoraError::RankTooLarge {
+                path: file.clone(),
+                rank,
+                max_rank,
+            });
+        }
+        let fits = rank > 0 && a_shape == [rank, inputs] && b_shape == [outputs, rank];
         if !fits {
             return Err(LoraError::ShapeMismatch {
-                path: path.clone(),
+                path: file.clone(),
                 module: format!("layer {layer} {module}"),
-                expected: format!("A [{}, {inputs}], B [{outputs}, {}]", config.r, config.r),
+                expected: format!("A [{rank}, {inputs}], B [{outputs}, {rank}]"),
                 found: format!("A {a_shape:?}, B {b_shape:?}"),
             });
         }
-        b.iter_mut().for_each(|v| *v *= scaling);
+        b.iter_mut().for_each(|v| *v *= factor);
+        adapter_rank = adapter_rank.max(rank);
         layers[layer].deltas_mut(target).push(LoraDelta {
             a,
             b,
-            rank: config.r,
+            rank,
             inputs,
             offset,
             outputs,
@@ -134,9 +206,9 @@ pub fn load_adapter(
     Ok(LoraAdapter {
         id,
         name: name.to_string(),
-        path: dir.to_path_buf(),
-        rank: config.r,
-        base_model_name_or_path: config.base_model_name_or_path,
+        path: path.to_path_buf(),
+        rank: adapter_rank,
+        base_model_name_or_path,
         layers,
     })
 }

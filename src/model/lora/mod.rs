@@ -1,17 +1,17 @@
-//! LoRA adapters (PEFT folders) on the base model's projections: loaded once, applied per
+//! LoRA adapters (PEFT folders and llama.cpp's GGUF LoRA files) on the base model's projections: loaded once, applied per
 //! group of rows beside the base matmul, so one step can mix adapters and the base model.
 
 mod config;
+mod gguf;
 mod load;
 #[cfg(test)]
 mod tests;
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use crate::engine::lora::{LayerLora, LoraAdapter, LoraDelta, Target};
 pub use config::AdapterConfig;
-pub use load::load_adapter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoraError {
@@ -21,6 +21,8 @@ pub enum LoraError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Gguf(#[from] crate::model::gguf::GgufError),
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
     #[error("{path}: unsupported LoRA adapter: {message}")]
@@ -38,6 +40,23 @@ pub enum LoraError {
         expected: String,
         found: String,
     },
+}
+
+/// Loads the adapter at `path` for the base `model`; `id` is its slot in requests. A folder is
+/// read as PEFT's, a file as llama.cpp's GGUF LoRA.
+pub fn load_adapter(
+    id: u32,
+    name: &str,
+    path: &Path,
+    model: &crate::model::config::ModelConfig,
+    max_rank: usize,
+) -> Result<LoraAdapter, LoraError> {
+    let read = if path.is_file() {
+        gguf::read_gguf_adapter(path, model)?
+    } else {
+        load::read_peft_folder(path, model, max_rank)?
+    };
+    load::assemble(id, name, path, model, max_rank, read)
 }
 
 /// The rows of one step's activations that run under one adapter.

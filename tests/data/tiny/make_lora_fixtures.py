@@ -12,6 +12,15 @@ MIN_LOGIT_CHANGE and prints in how many prompts it changes the greedy tokens (in
 but Gemma 3's, whose greedy tokens follow the scaled tied embedding of the last token).
 
     python make_lora_fixtures.py [ARCH ...]
+    python make_lora_fixtures.py --gguf LLAMA_CPP_DIR
+
+The second form converts the adapters in GGUF_ADAPTERS with llama.cpp's own converter
+(`convert_lora_to_gguf.py` in LLAMA_CPP_DIR, e.g. the llama-cpp-python 0.3.36 sdist's
+vendor/llama.cpp, with its gguf-py) to <arch>/lora/<name>.gguf, float32, the base's HF
+folder as `--base`; they share the PEFT folder's reference.json. It is:
+
+    PYTHONPATH=$LLAMA_CPP_DIR/gguf-py:$LLAMA_CPP_DIR python $LLAMA_CPP_DIR/convert_lora_to_gguf.py \
+        --base <arch>/hf --outtype f32 --outfile <arch>/lora/<name>.gguf <arch>/lora/<name>
 
 Needs torch, transformers, peft, numpy (made with the versions recorded in each
 reference.json). Run make_fixtures.py first: the base models are its outputs. CI needs none
@@ -19,7 +28,9 @@ of this: the outputs are committed.
 """
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 
 import torch
@@ -44,12 +55,28 @@ ADAPTERS = [
 ]
 
 
+# Converted to GGUF LoRA by llama.cpp's converter (`--gguf`): Llama's (whose Q/K rows the
+# converter permutes), Phi-3's fused qkv and gate_up, Gemma 3's.
+GGUF_ADAPTERS = [("llama", "all"), ("phi3", "all"), ("gemma3", "all")]
+
 STD = {"gemma3": 0.4}
 # The least change of some first-step logit an adapter must make (far above the tests' 1e-3).
 MIN_LOGIT_CHANGE = 0.5
 
 
+def convert_to_gguf(llama_cpp):
+    env = dict(os.environ, PYTHONPATH=f"{llama_cpp}/gguf-py:{llama_cpp}")
+    for arch, name in GGUF_ADAPTERS:
+        out = HERE / arch / "lora" / f"{name}.gguf"
+        subprocess.run([sys.executable, f"{llama_cpp}/convert_lora_to_gguf.py", "--base", HERE / arch / "hf",
+                        "--outtype", "f32", "--outfile", out, HERE / arch / "lora" / name], env=env, check=True)
+        print(arch, name, "->", out)
+
+
 def main():
+    if sys.argv[1:2] == ["--gguf"]:
+        convert_to_gguf(sys.argv[2])
+        return
     torch.set_num_threads(1)
     only = set(sys.argv[1:])
     for arch, name, seed, settings in ADAPTERS:
