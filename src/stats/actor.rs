@@ -101,7 +101,7 @@ impl StatsActor {
     }
 
     /// Every instrument set a fact is recorded into.
-    fn all(&self) -> impl Iterator<Item = &Instruments> {
+    pub(super) fn all(&self) -> impl Iterator<Item = &Instruments> {
         self.instruments.iter().chain(self.push.iter()).map(|i| &**i)
     }
 
@@ -303,6 +303,7 @@ impl Instruments {
         self.token_load.record_step(m, &s.tokens);
         self.prefix_hit_rate.record_step(m, s);
         self.lora_info.record_step(s);
+        self.lora_adapters.record_step(index, m, s, it);
         e.generation_tokens.add(it.num_generation_tokens, m);
         // vLLM's definition: the prompt tokens computed plus the tokens generated in the step,
         // so a request's first token counts (10 requests of 9 prompt and 10 generated tokens
@@ -457,6 +458,7 @@ mod tests {
                     seconds: 0.25,
                 },
                 swapped_in: KvTransfer::default(),
+                lora: Default::default(),
             },
         }
     }

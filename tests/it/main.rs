@@ -31,6 +31,7 @@ mod int8_accuracy;
 mod kv_events;
 mod log_injection;
 mod lora;
+mod lora_metrics;
 mod lora_runtime;
 mod memory_metrics;
 mod model_formats;
