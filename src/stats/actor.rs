@@ -15,6 +15,7 @@ pub use super::data::RecordHttp;
 use super::data::{FinishedRequestStats, IterationStats, SchedulerStats};
 use super::family::ADMISSION_REJECTION_REASONS;
 use super::instruments::{Instruments, operation_index, reason_index};
+use super::lora_adapters::RecordAdapterChange;
 use super::structured::RecordGrammarCompile;
 use super::throughput_log::{DEFAULT_LOG_INTERVAL, ThroughputLog, ThroughputReport};
 use crate::engine::types::FinishReason;
@@ -101,7 +102,7 @@ impl StatsActor {
     }
 
     /// Every instrument set a fact is recorded into.
-    pub(super) fn all(&self) -> impl Iterator<Item = &Instruments> {
+    fn all(&self) -> impl Iterator<Item = &Instruments> {
         self.instruments.iter().chain(self.push.iter()).map(|i| &**i)
     }
 
@@ -189,6 +190,16 @@ impl Handler<RecordGrammarCompile> for StatsActor {
     fn handle(&mut self, msg: RecordGrammarCompile, _: &mut Self::Context) {
         if let Some(i) = self.instruments() {
             i.structured.record_compile(&i.model, msg);
+        }
+    }
+}
+
+impl Handler<RecordAdapterChange> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RecordAdapterChange, _: &mut Self::Context) {
+        for i in self.all() {
+            i.lora_adapters.record_change(&i.model[0], msg);
         }
     }
 }

@@ -14,11 +14,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use actix::{Handler, Message};
+use actix::Message;
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge};
 
-use super::actor::StatsActor;
 use super::builder::InstrumentBuilder;
 use super::data::{IterationStats, SchedulerStats};
 use super::family::{HistogramSpec, Spec, engine_metric_name, lora};
@@ -208,16 +207,6 @@ impl LoraAdapterInstruments {
 
     fn declare(&self, h: &Declarable, labels: &[KeyValue]) {
         self.store.declare(&h.series, h.description, labels, true);
-    }
-}
-
-impl Handler<RecordAdapterChange> for StatsActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: RecordAdapterChange, _: &mut Self::Context) {
-        for i in self.all() {
-            i.lora_adapters.record_change(&i.model[0], msg);
-        }
     }
 }
 
