@@ -218,6 +218,17 @@ mod tests {
     use crate::stats::exporter::test_support::{config, finished, value};
     use crate::stats::exporter::{build_telemetry, render_metrics};
 
+    /// What `/metrics` writes: the gathered series and the declared ones not yet observed.
+    fn scrape(t: &crate::stats::exporter::Telemetry) -> String {
+        let families = t.exemplars.initial_series().complete(t.registry.gather());
+        let snapshot = crate::stats::histogram_store::HistogramSnapshot::default();
+        crate::stats::exposition::encode(
+            &families,
+            crate::stats::exposition::ExpositionFormat::PrometheusText,
+            &snapshot,
+        )
+    }
+
     fn served(adapters: &[(u32, &str)], requests: Vec<LoraRequests>) -> SchedulerStats {
         SchedulerStats {
             num_running: requests.iter().map(|r| r.running).sum(),
@@ -243,11 +254,11 @@ mod tests {
     fn per_adapter_series_sum_to_the_totals_and_outlive_their_adapter() {
         let t = build_telemetry(&config("vllm:")).unwrap();
         let i = t.instruments.as_ref().unwrap();
-        let text = render_metrics(&t.registry).unwrap();
+        let text = scrape(&t);
         assert!(!text.contains("kiln_lora_"), "nothing without LoRA");
         // Start: the base and adapter 1 served, idle: their series exist at 0.
         i.record_step_for_test(&served(&[(1, "a")], vec![]), &IterationStats::default());
-        let text = render_metrics(&t.registry).unwrap();
+        let text = scrape(&t);
         let v = |text: &str, name: &str, labels: &[(&str, &str)]| value(text, name, labels);
         for lora in ["", "a"] {
             let l = [("lora_name", lora), ("engine", "0")];
@@ -298,7 +309,7 @@ mod tests {
             ..IterationStats::default()
         };
         i.record_step_for_test(&served(&[(1, "a")], requests), &step);
-        let text = render_metrics(&t.registry).unwrap();
+        let text = scrape(&t);
         let a = [("lora_name", "a")];
         let base = [("lora_name", "")];
         assert_eq!(v(&text, "kiln_lora_prompt_tokens_total", &a), Some(10.0));
@@ -314,7 +325,7 @@ mod tests {
         assert_eq!(v(&text, "kiln_lora_requests", &waiting), Some(2.0));
         // `a` unloaded: its gauges read 0, its totals stay (the sums still hold).
         i.record_step_for_test(&served(&[], vec![]), &IterationStats::default());
-        let text = render_metrics(&t.registry).unwrap();
+        let text = scrape(&t);
         assert_eq!(v(&text, "kiln_lora_requests", &waiting), Some(0.0));
         assert_eq!(v(&text, "kiln_lora_prompt_tokens_total", &a), Some(10.0));
     }

@@ -88,7 +88,7 @@ fn prometheus_sees_per_adapter_families_that_sum_to_the_totals() {
     let base: Value = serde_json::from_str(&base).expect("models");
     let base = base["data"][0]["id"].as_str().expect("base id").to_owned();
     for (adapter, n) in &requests[..3] {
-        let model = if adapter.is_empty() { base.as_str() } else { adapter };
+        let model: &str = if adapter.is_empty() { &base } else { adapter };
         (0..*n as usize).for_each(|_| complete(&t, model));
     }
     // A failed load, a run-time load, a request through it, its unload.
