@@ -1,6 +1,7 @@
 //! The access log: one `info` line per finished request under the `kiln::access` target,
 //! written when the response is done (a stream's last chunk sent, or its client gone), with
-//! the request id, trace id, route, status and, for generation requests, the model, token
+//! the request id, trace id, route, status and, for generation requests, the model (and the
+//! LoRA adapter, `lora_name`, when the request went through one), token
 //! counts, finish reason, queue time, TTFT and end-to-end latency, so log lines, spans and
 //! metrics join on ids. `--log-format json` makes it (and every other line) one JSON object.
 //! Probes (`/health`, `/ready`, `/metrics`) are not logged unless `--access-log-probes`.
@@ -115,6 +116,7 @@ impl AccessLine {
             path = ?self.path,
             status = self.status,
             model = o.map(|o| o.model.as_str()),
+            lora_name = o.and_then(|o| o.lora_name.as_deref()),
             prompt_tokens = o.map(|o| o.prompt_tokens as u64),
             completion_tokens = o.map(|o| o.completion_tokens as u64),
             finish_reason = o.map(|o| o.finish_reason.as_str()),

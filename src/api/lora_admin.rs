@@ -19,11 +19,13 @@ use std::time::Instant;
 use actix_web::http::Method;
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::errors::ApiError;
 use super::{AppState, ServedAdapter};
 use crate::model::config::ModelConfig;
 use crate::model::lora::{LoraError, load_adapter};
+use crate::stats::lora_adapters::{AdapterChange, RecordAdapterChange};
 
 /// What loading an adapter at run time needs to know about the base model and the limits.
 #[derive(Debug)]
@@ -53,19 +55,23 @@ impl LoraLoader {
 }
 
 /// vLLM's `LoadLoRAAdapterRequest`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct LoadLoraAdapterRequest {
+    /// The name requests give in `model` (not the base model's, not a served adapter's).
     #[serde(default)]
     pub lora_name: String,
+    /// A PEFT folder (`adapter_config.json` and `adapter_model.safetensors`) or a GGUF
+    /// LoRA file, on the server's file system.
     #[serde(default)]
     pub lora_path: String,
 }
 
-/// vLLM's `UnloadLoRAAdapterRequest`.
-#[derive(Debug, Deserialize)]
+/// vLLM's `UnloadLoRAAdapterRequest`: the adapter by name or by id.
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct UnloadLoraAdapterRequest {
     #[serde(default)]
     pub lora_name: Option<String>,
+    /// The adapter's id (start-up adapters from 1, in `--lora-modules` order).
     #[serde(default)]
     pub lora_int_id: Option<u32>,
 }
@@ -90,7 +96,25 @@ pub async fn load_lora_adapter(
     loader: web::Data<LoraLoader>,
     body: web::Json<LoadLoraAdapterRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let LoadLoraAdapterRequest { lora_name, lora_path } = body.into_inner();
+    let mut load_seconds = None;
+    let loaded = load(&state, &loader, body.into_inner(), &mut load_seconds).await;
+    let change = if loaded.is_ok() {
+        AdapterChange::Loaded
+    } else {
+        AdapterChange::Failed
+    };
+    state.stats.do_send(RecordAdapterChange { change, load_seconds });
+    loaded
+}
+
+/// Loads the adapter; `load_seconds` is set once its files were read (loaded or not).
+async fn load(
+    state: &AppState,
+    loader: &web::Data<LoraLoader>,
+    body: LoadLoraAdapterRequest,
+    load_seconds: &mut Option<f64>,
+) -> Result<HttpResponse, ApiError> {
+    let LoadLoraAdapterRequest { lora_name, lora_path } = body;
     if lora_name.is_empty() || lora_path.is_empty() {
         return Err(ApiError::invalid(
             if lora_name.is_empty() { "lora_name" } else { "lora_path" },
@@ -118,14 +142,16 @@ pub async fn load_lora_adapter(
     let started = Instant::now();
     let reading = loader.clone();
     let (name, path) = (lora_name.clone(), PathBuf::from(&lora_path));
-    let adapter = web::block(move || load_adapter(id, &name, &path, &reading.model, reading.max_lora_rank))
-        .await
+    let read = web::block(move || load_adapter(id, &name, &path, &reading.model, reading.max_lora_rank)).await;
+    *load_seconds = Some(started.elapsed().as_secs_f64());
+    let adapter = read
         .map_err(|e| ApiError::EngineError(format!("loading the adapter failed: {e}")))?
         .map_err(|e| load_error(e, &lora_path))?;
     let rank = adapter.rank;
     if !state.engine.load_lora(Arc::new(adapter)).await {
         return Err(engine_gone());
     }
+    *load_seconds = Some(started.elapsed().as_secs_f64());
     catalog.insert(ServedAdapter {
         name: lora_name.clone(),
         id,
@@ -162,6 +188,10 @@ pub async fn unload_lora_adapter(
         return Err(engine_gone());
     }
     tracing::info!(adapter = %adapter.name, id = adapter.id, "LoRA adapter unloaded");
+    state.stats.do_send(RecordAdapterChange {
+        change: AdapterChange::Unloaded,
+        load_seconds: None,
+    });
     Ok(HttpResponse::Ok()
         .content_type("text/plain; charset=utf-8")
         .body(format!(
@@ -170,10 +200,16 @@ pub async fn unload_lora_adapter(
         )))
 }
 
-/// Registers both endpoints (the caller adds the [`LoraLoader`] as app data).
+/// Registers both endpoints (the caller adds the [`LoraLoader`] as app data); another
+/// method is a 405 naming the allowed one, as on every route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/v1/load_lora_adapter").route(web::route().method(Method::POST).to(load_lora_adapter)))
-        .service(
-            web::resource("/v1/unload_lora_adapter").route(web::route().method(Method::POST).to(unload_lora_adapter)),
-        );
+    macro_rules! resource {
+        ($path:expr, $method:expr, $handler:expr) => {
+            web::resource($path)
+                .route(web::route().method($method).to($handler))
+                .default_service(web::to(super::routes::method_not_allowed))
+        };
+    }
+    cfg.service(resource!("/v1/load_lora_adapter", Method::POST, load_lora_adapter))
+        .service(resource!("/v1/unload_lora_adapter", Method::POST, unload_lora_adapter));
 }

@@ -109,6 +109,8 @@ pub async fn serve<E: Endpoint>(
         lora: valid.lora,
     };
     let mut choices = plan_choices(&fan_out, valid.prompts);
+    // A request through an adapter names it as its model.
+    let lora_name = valid.lora.map(|_| valid.model.clone());
     let request_id = log.request_id_or(&id);
     let traced = state.tracer.as_ref().and_then(|tracer| {
         let plan = tracer.sample(&log.parent, arrival)?;
@@ -117,6 +119,7 @@ pub async fn serve<E: Endpoint>(
             plan,
             request_id,
             model: valid.model.clone(),
+            lora_name: lora_name.clone(),
             operation: E::OPERATION.as_str(),
             params: span_params,
             prompt_tokens,
@@ -125,7 +128,8 @@ pub async fn serve<E: Endpoint>(
         };
         Some((Arc::clone(tracer), spans))
     });
-    let record = RequestRecord::new(log, traced, valid.model.clone(), prompt_tokens, choices.len());
+    let record =
+        RequestRecord::new(log, traced, valid.model.clone(), prompt_tokens, choices.len()).with_lora(lora_name);
     let engine = state.engine.pinned(rank);
     let choices = submit_choices(&engine, &state.model.tokenizer, choices, Some(Arc::new(record))).await?;
     match valid.delivery {

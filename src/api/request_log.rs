@@ -24,6 +24,8 @@ const MAX_REQUEST_ID_LEN: usize = 128;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GenerationOutcome {
     pub model: String,
+    /// The LoRA adapter the request went through; `None` for the base model.
+    pub lora_name: Option<String>,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     /// The choices' finish reasons, distinct, in index order, comma-separated.
@@ -180,6 +182,7 @@ pub struct RequestRecord {
     log: Arc<RequestLog>,
     tracer: Option<(Arc<Tracer>, Mutex<Option<RequestSpans>>)>,
     model: String,
+    lora_name: Option<String>,
     prompt_tokens: usize,
     ends: Mutex<Vec<Option<ChoiceEnd>>>,
 }
@@ -201,9 +204,16 @@ impl RequestRecord {
             log,
             tracer: traced.map(|(t, s)| (t, Mutex::new(Some(s)))),
             model,
+            lora_name: None,
             prompt_tokens,
             ends: Mutex::new(vec![None; choices]),
         }
+    }
+
+    /// The LoRA adapter the request went through (`None`: the base model).
+    pub fn with_lora(mut self, lora_name: Option<String>) -> Self {
+        self.lora_name = lora_name;
+        self
     }
 
     /// Choice `index` ended as the engine reported (its timeline only when traced).
@@ -239,6 +249,7 @@ impl RequestRecord {
         let min = |f: fn(&ChoiceEnd) -> Option<f64>| finished.iter().filter_map(|e| f(e)).reduce(f64::min);
         GenerationOutcome {
             model: self.model.clone(),
+            lora_name: self.lora_name.clone(),
             prompt_tokens: self.prompt_tokens,
             completion_tokens: finished.iter().map(|e| e.usage.completion_tokens).sum(),
             finish_reason: reasons.join(","),

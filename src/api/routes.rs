@@ -70,7 +70,7 @@ async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::route_not_found(&req))
 }
 
-async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub(super) async fn method_not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::MethodNotAllowed {
         method: req.method().to_string(),
         path: req.path().to_string(),

@@ -15,6 +15,7 @@ pub use super::data::RecordHttp;
 use super::data::{FinishedRequestStats, IterationStats, SchedulerStats};
 use super::family::ADMISSION_REJECTION_REASONS;
 use super::instruments::{Instruments, operation_index, reason_index};
+use super::lora_adapters::RecordAdapterChange;
 use super::structured::RecordGrammarCompile;
 use super::throughput_log::{DEFAULT_LOG_INTERVAL, ThroughputLog, ThroughputReport};
 use crate::engine::types::FinishReason;
@@ -193,6 +194,16 @@ impl Handler<RecordGrammarCompile> for StatsActor {
     }
 }
 
+impl Handler<RecordAdapterChange> for StatsActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: RecordAdapterChange, _: &mut Self::Context) {
+        for i in self.all() {
+            i.lora_adapters.record_change(&i.model[0], msg);
+        }
+    }
+}
+
 impl Handler<HttpRequestStarted> for StatsActor {
     type Result = ();
 
@@ -303,6 +314,7 @@ impl Instruments {
         self.token_load.record_step(m, &s.tokens);
         self.prefix_hit_rate.record_step(m, s);
         self.lora_info.record_step(s);
+        self.lora_adapters.record_step(index, m, s, it);
         e.generation_tokens.add(it.num_generation_tokens, m);
         // vLLM's definition: the prompt tokens computed plus the tokens generated in the step,
         // so a request's first token counts (10 requests of 9 prompt and 10 generated tokens
@@ -457,6 +469,7 @@ mod tests {
                     seconds: 0.25,
                 },
                 swapped_in: KvTransfer::default(),
+                lora: Default::default(),
             },
         }
     }

@@ -48,6 +48,54 @@ pub struct LoraLoad {
     pub running: Vec<String>,
     /// Distinct adapters of the waiting requests, in queue order.
     pub waiting: Vec<String>,
+    /// The adapters served now, by id (the `kiln_lora_*` families' `lora_name`).
+    pub adapters: Vec<(u32, String)>,
+    /// Running and waiting requests (as `num_requests_running`/`_waiting` count them) by
+    /// adapter id, `None` for the base model; one not listed has none.
+    pub requests: Vec<LoraRequests>,
+}
+
+/// The requests of one adapter (or of the base model) at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoraRequests {
+    pub lora: Option<u32>,
+    pub running: usize,
+    pub waiting: usize,
+}
+
+/// One step's tokens and first tokens by adapter (`kiln_lora_*`); empty without `--enable-lora`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoraIteration {
+    /// Prompt and generated tokens by adapter id (`None`: the base model), as
+    /// `num_prompt_tokens` and `num_generation_tokens` count them.
+    pub tokens: Vec<LoraTokens>,
+    /// Each time to first token of `time_to_first_token_s`, with its request's adapter.
+    pub time_to_first_token_s: Vec<(Option<u32>, Observation)>,
+}
+
+/// Tokens of one adapter (or of the base model) in one step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoraTokens {
+    pub lora: Option<u32>,
+    pub prompt: u64,
+    pub generation: u64,
+}
+
+impl LoraIteration {
+    /// The entry of adapter `lora`, made on first use (a step holds few adapters).
+    pub fn tokens_of(&mut self, lora: Option<u32>) -> &mut LoraTokens {
+        let at = match self.tokens.iter().position(|t| t.lora == lora) {
+            Some(at) => at,
+            None => {
+                self.tokens.push(LoraTokens {
+                    lora,
+                    ..LoraTokens::default()
+                });
+                self.tokens.len() - 1
+            }
+        };
+        &mut self.tokens[at]
+    }
 }
 
 /// The scheduler's load in tokens at one moment.
@@ -94,6 +142,8 @@ pub struct IterationStats {
     /// KV blocks copied to the host swap pool this step, and back from it.
     pub swapped_out: KvTransfer,
     pub swapped_in: KvTransfer,
+    /// The step's tokens and first tokens by LoRA adapter (`--enable-lora` only).
+    pub lora: LoraIteration,
 }
 
 /// Everything the stats actor records for one finished request; intervals come from
@@ -115,6 +165,8 @@ pub struct FinishedRequestStats {
     pub trace: Option<TraceContext>,
     /// The kind of output constraint the request had (`StructuredOutput::kind`), if any.
     pub constraint_kind: Option<&'static str>,
+    /// The request's LoRA adapter id (`None`: the base model).
+    pub lora: Option<u32>,
 }
 
 /// One latency observation and the trace of the request it belongs to, so the histogram

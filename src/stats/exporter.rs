@@ -380,6 +380,7 @@ pub(crate) mod test_support {
             },
             trace: None,
             constraint_kind: None,
+            lora: None,
         }
     }
 }

@@ -181,12 +181,25 @@ pub mod prompt_source {
     pub const REQUEST_PREFILL_KV_COMPUTED_TOKENS: HistogramSpec = HistogramSpec { spec: Spec { name: "request_prefill_kv_computed_tokens", unit: "{token}", description: "Prompt tokens a request's prefill computed (prompt minus cached)." }, buckets: B::TokenCounts };
 }
 
-/// vLLM's LoRA info gauge (engine prefix).
+/// vLLM's LoRA info gauge (engine prefix), and kiln's per-adapter families (`kiln_lora_*`,
+/// label `lora_name`: an adapter's name, `""` for the base model).
 #[rustfmt::skip]
 pub mod lora {
-    use super::Spec;
+    use super::{BucketFamily as B, HistogramSpec, Spec};
 
     pub const LORA_REQUESTS_INFO: Spec = Spec { name: "lora_requests_info", unit: "", description: "Running stats on lora requests." };
+    pub const REQUESTS: Spec = Spec { name: "kiln_lora_requests", unit: "{request}", description: "Requests by LoRA adapter and state (running, waiting); they sum to num_requests_running and num_requests_waiting." };
+    pub const PROMPT_TOKENS: Spec = Spec { name: "kiln_lora_prompt_tokens", unit: "{token}", description: "Prompt tokens whose prefill completed, by LoRA adapter; they sum to prompt_tokens." };
+    pub const GENERATION_TOKENS: Spec = Spec { name: "kiln_lora_generation_tokens", unit: "{token}", description: "Generated tokens by LoRA adapter; they sum to generation_tokens." };
+    pub const TIME_TO_FIRST_TOKEN: HistogramSpec = HistogramSpec { spec: Spec { name: "kiln_lora_time_to_first_token", unit: "s", description: "Time from arrival to the first generated token, by LoRA adapter." }, buckets: B::Ttft };
+    pub const E2E_REQUEST_LATENCY: HistogramSpec = HistogramSpec { spec: Spec { name: "kiln_lora_e2e_request_latency", unit: "s", description: "Time from arrival to finish, every finished request, by LoRA adapter." }, buckets: B::RequestLatency };
+    pub const ADAPTER_LOADS: Spec = Spec { name: "kiln_lora_adapter_loads", unit: "{change}", description: "Run-time LoRA adapter changes, by result: loaded, failed (a load refused), unloaded." };
+    pub const ADAPTER_LOAD_TIME: Spec = Spec { name: "kiln_lora_adapter_load", unit: "s", description: "Time to read and install a LoRA adapter loaded at run time, loaded or failed." };
+    /// Bounds of `kiln_lora_adapter_load_seconds`: from a tiny adapter read from page cache
+    /// to a large one read from a slow disk.
+    pub const ADAPTER_LOAD_BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+    /// `kiln_lora_adapter_loads_total`'s results, every one exposed from start at 0.
+    pub const CHANGE_RESULTS: [&str; 3] = ["loaded", "failed", "unloaded"];
 }
 
 /// kiln's constrained-decoding families (`kiln_*`, no prefix).

@@ -64,6 +64,7 @@ mod tests {
                 max_loras: 2,
                 running: vec!["a".into(), "b".into()],
                 waiting: vec!["c".into()],
+                ..LoraLoad::default()
             }),
             ..Default::default()
         };

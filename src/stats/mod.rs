@@ -19,6 +19,7 @@ pub mod initial_series;
 pub mod instrumentator;
 pub mod instruments;
 mod kv_offload;
+pub mod lora_adapters;
 mod lora_info;
 pub mod memory;
 pub mod metrics_endpoint;

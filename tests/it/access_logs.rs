@@ -149,3 +149,59 @@ fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
         assert!(stream[0].contains(field), "{field} missing: {}", stream[0]);
     }
 }
+
+/// A request through a LoRA adapter names it (`lora_name`); one to the base model does not.
+#[test]
+fn a_request_through_an_adapter_names_it_in_its_access_line() {
+    let fixture = crate::arch_parity::fixture("llama");
+    let adapter = fixture.join("lora").join("all").display().to_string();
+    let mut launch = Launch {
+        model: Some(fixture.join("hf")),
+        ..Launch::default()
+    };
+    launch.args.extend([
+        "--enable-lora".into(),
+        "--lora-modules".into(),
+        format!("all={adapter}"),
+    ]);
+    let kiln = launch.arg("--log-format", "json").start();
+    let models: Value = kiln
+        .client
+        .get(kiln.url("/v1/models"))
+        .send()
+        .expect("models")
+        .json()
+        .expect("json");
+    let base = models["data"][0]["id"].as_str().expect("base").to_owned();
+    for (model, id) in [("all", "through-adapter"), (base.as_str(), "through-base")] {
+        let resp = kiln
+            .client
+            .post(kiln.url("/v1/completions"))
+            .header("x-request-id", id)
+            .json(&json!({"model": model, "prompt": [1, 2, 3], "max_tokens": 2}))
+            .send()
+            .expect("completion");
+        assert_eq!(resp.status().as_u16(), 200, "{model}");
+    }
+    let lines = wait_for("both completions' access lines", || {
+        let lines: Vec<Value> = json_access_lines(&kiln)
+            .into_iter()
+            .filter(|l| l["route"] == "/v1/completions")
+            .collect();
+        if lines.len() == 2 {
+            Ok(lines)
+        } else {
+            Err(format!("{lines:?}"))
+        }
+    });
+    let line = |id: &str| lines.iter().find(|l| l["request_id"] == id).expect(id).clone();
+    let adapted = line("through-adapter");
+    assert_eq!(
+        (&adapted["model"], &adapted["lora_name"]),
+        (&json!("all"), &json!("all")),
+        "{adapted}"
+    );
+    let plain = line("through-base");
+    assert_eq!(plain["model"], json!(base), "{plain}");
+    assert!(plain.get("lora_name").is_none(), "no adapter, no field: {plain}");
+}

@@ -308,3 +308,47 @@ fn swap_pressure_shows_the_host_tier_in_events_and_counts_its_traffic() {
     assert!(state["counts"]["BlockRemoved:CPU"].as_u64() > Some(0), "{state}");
     assert_eq!(state["cpu_hashes"], json!([]), "{state}");
 }
+
+/// Blocks computed through a LoRA adapter are stored under its `lora_id` and `lora_name`, as
+/// vLLM's `BlockStored` names them (so llm-d keeps adapters apart); the base model's carry nil.
+#[test]
+#[ignore = "needs a Python with pyzmq and msgpack (KILN_TEST_PYTHON); .ci/run provides it"]
+fn blocks_computed_through_an_adapter_carry_its_id_and_name() {
+    use crate::arch_parity::{fixture, read_reference};
+    let (mut subscriber, pub_endpoint, replay_endpoint) = Subscriber::bound();
+    let adapter = fixture("llama").join("lora").join("all").display().to_string();
+    let t = crate::common::start_model(
+        tempfile::tempdir().expect("tempdir"),
+        fixture("llama").join("hf"),
+        |c| {
+            c.engine.kv_cache_memory = "8MiB".into();
+            c.engine.enable_prefix_caching = true;
+            c.engine.block_size = 4;
+            c.kv_events = events_config(&pub_endpoint, &replay_endpoint);
+            c.engine.prefix_caching_hash_algo = PrefixCachingHashAlgo::Kiln;
+            c.lora.enable_lora = true;
+            c.lora.lora_modules = vec![kiln::config::LoraModule {
+                name: "all".into(),
+                path: adapter,
+                base_model_name: None,
+            }];
+        },
+    );
+    let prompt = &read_reference(&fixture("llama"))["f32"][2]["prompt_ids"];
+    let base = t.get_text("/v1/models").1;
+    let base: Value = serde_json::from_str(&base).expect("models");
+    // The same prompt through the adapter and through the base model: two chains.
+    for model in ["all", base["data"][0]["id"].as_str().expect("base")] {
+        let body = json!({"model": model, "prompt": prompt, "max_tokens": 6, "ignore_eos": true});
+        let (status, out) = t.post("/v1/completions", &body);
+        assert_eq!(status, 200, "{model}: {out}");
+    }
+    let (state, kiln) = subscriber.sync_with(&t);
+    assert_same_set(&state, &kiln);
+    let by_lora = state["stored_by_lora"].as_object().expect("stored_by_lora");
+    let mut keys: Vec<&str> = by_lora.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["1:all", "nil"], "{state}");
+    // Twelve prompt tokens and six generated: four blocks of four under each.
+    assert_eq!(kiln.cached_block_hashes.len(), 8, "{state}");
+}

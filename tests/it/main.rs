@@ -32,6 +32,7 @@ mod kv_events;
 mod log_injection;
 mod lora;
 mod lora_gguf;
+mod lora_metrics;
 mod lora_runtime;
 mod memory_metrics;
 mod model_formats;

@@ -4,7 +4,7 @@
 use kiln::model::loader::open_model;
 use kiln::tokenizer::token_id_bound;
 use reqwest::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::{Tiny, start_tiny};
 
@@ -119,4 +119,65 @@ fn the_served_document_states_this_models_name_context_and_vocabulary() {
         assert_eq!(properties[max_tokens]["maximum"], context - 1, "{request}");
         assert_eq!(properties["model"]["enum"][0], card["id"], "{request}");
     }
+}
+
+/// With `--allow-runtime-lora-updating` the document has vLLM's two adapter routes, with
+/// their bodies and refusals; each answers what it documents, and another method a 405.
+#[test]
+fn the_runtime_adapter_routes_are_documented_where_they_are_served() {
+    let fixture = crate::arch_parity::fixture("llama");
+    let t = crate::common::start_model(tempfile::tempdir().expect("tempdir"), fixture.join("hf"), |c| {
+        c.engine.kv_cache_memory = "8MiB".into();
+        c.lora.enable_lora = true;
+        c.lora.allow_runtime_lora_updating = true;
+    });
+    let doc = served_document(&t);
+    let adapter = fixture.join("lora").join("all").display().to_string();
+    let cases = [
+        (
+            "/v1/load_lora_adapter",
+            "LoadLoraAdapterRequest",
+            json!({"lora_name": "a", "lora_path": adapter}),
+            200,
+        ),
+        (
+            "/v1/load_lora_adapter",
+            "LoadLoraAdapterRequest",
+            json!({"lora_name": "a"}),
+            400,
+        ),
+        (
+            "/v1/unload_lora_adapter",
+            "UnloadLoraAdapterRequest",
+            json!({"lora_name": "a"}),
+            200,
+        ),
+        (
+            "/v1/unload_lora_adapter",
+            "UnloadLoraAdapterRequest",
+            json!({"lora_name": "a"}),
+            404,
+        ),
+    ];
+    for (path, schema, body, want) in cases {
+        let operation = &doc["paths"][path]["post"];
+        let documented = &operation["requestBody"]["content"]["application/json"]["schema"]["$ref"];
+        assert_eq!(documented, &json!(format!("#/components/schemas/{schema}")), "{path}");
+        assert!(example_body(operation).is_some(), "{path} has an example");
+        let (status, _, answer) = send(&t, &Method::POST, path, Some(&body));
+        assert_eq!(status, want, "{path} {body}: {answer}");
+        assert!(
+            operation["responses"][want.to_string()].is_object(),
+            "{path} answers {want}, undocumented"
+        );
+        if want != 200 {
+            assert!(answer["error"]["message"].is_string(), "{path}: {answer}");
+        }
+        let (status, allow, _) = send(&t, &Method::GET, path, None);
+        assert_eq!((status, allow.as_str()), (405, "POST"), "{path}");
+    }
+    let properties = &doc["components"]["schemas"]["LoadLoraAdapterRequest"]["properties"];
+    assert!(properties["lora_name"].is_object() && properties["lora_path"].is_object());
+    let unload = &doc["components"]["schemas"]["UnloadLoraAdapterRequest"]["properties"];
+    assert!(unload["lora_name"].is_object() && unload["lora_int_id"].is_object());
 }

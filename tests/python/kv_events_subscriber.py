@@ -9,6 +9,12 @@ SCHEME is the block hash every stored hash is checked against: "kiln" (the defau
 vllm_block_hashes.py, from the full parent digests of the blocks seen so far, as an external
 indexer must).
 
+A block computed under a LoRA adapter carries the adapter's `lora_id` (an integer) and
+`lora_name` (a string, or nil where the sender has none), as vLLM's BlockStored does; a base
+model block carries nil for both. The first block of an adapter's chain names no parent, as
+vLLM's, but kiln hashes it from the adapter's root (the hash of the block [2^32-1, lora_id]),
+which the check follows. The state counts BlockStored events by adapter ("id:name", "nil").
+
 It prints "ready" once its SUB socket is bound or connected, then answers commands on stdin:
   stored N wait until N BlockStored events arrived (over PUB/SUB) and print the state;
   sync N   apply batches up to sequence N-1 (asking the replay socket for any it missed) and
@@ -35,6 +41,8 @@ BLOCK_STORED_FIELDS = [
     "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
 ]
 BLOCK_REMOVED_FIELDS = ["block_hashes", "medium", "group_idx"]
+# The token of an adapter's root block: no real block holds it.
+LORA_ROOT_TOKEN = 2**32 - 1
 
 
 def hash_as_u64(raw):
@@ -64,7 +72,20 @@ class Verifier:
             self.seed_hash = vllm.none_hash(self.hash_fn)
             self.full = {}  # published hash -> vLLM's whole hash, for the children
 
-    def expected(self, parent, tokens):
+    def root(self, lora_id):
+        """The parent an adapter's first block is hashed from (kiln's first_parent)."""
+        if self.scheme == "kiln":
+            return kiln_block_hash(None, [LORA_ROOT_TOKEN, lora_id])
+        return self.vllm.hash_block_tokens(self.hash_fn, self.seed_hash, None, [LORA_ROOT_TOKEN, lora_id])
+
+    def expected(self, parent, tokens, lora_id=None):
+        if parent is None and lora_id is not None:
+            if self.scheme == "kiln":
+                return kiln_block_hash(self.root(lora_id), tokens)
+            block_hash = self.vllm.hash_block_tokens(self.hash_fn, self.seed_hash, self.root(lora_id), tokens)
+            published = self.vllm.external(block_hash)
+            self.full[published] = block_hash
+            return published
         if self.scheme == "kiln":
             return kiln_block_hash(parent, tokens)
         parent_full = None if parent is None else self.full.get(parent)
@@ -123,6 +144,8 @@ class Index:
             "BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0, "replayed": 0,
             "BlockStored:CPU": 0, "BlockRemoved:CPU": 0,
         }
+        # BlockStored events by adapter: "lora_id:lora_name", "nil" for the base model.
+        self.stored_by_lora = {}
         self.errors = []
 
     def error(self, message):
@@ -178,15 +201,21 @@ class Index:
             if not all(isinstance(t, int) for t in tokens) or not isinstance(block_size, int):
                 self.error("BlockStored: token_ids or block_size not integers")
                 return
-            if fields[5] is not None or fields[6] not in self.tiers or fields[7] is not None:
+            lora_id, medium, lora_name = fields[5:8]
+            lora_ok = (lora_id is None and lora_name is None) or (
+                isinstance(lora_id, int) and lora_id >= 0 and (lora_name is None or isinstance(lora_name, str))
+            )
+            if not lora_ok or medium not in self.tiers:
                 self.error(f"BlockStored: lora_id/medium/lora_name {fields[5:8]!r}")
                 return
+            adapter = "nil" if lora_id is None else f"{lora_id}:{lora_name}"
+            self.stored_by_lora[adapter] = self.stored_by_lora.get(adapter, 0) + 1
             tier = self.tiers[fields[6]]
             if len(tokens) != block_size * len(hashes):
                 self.error(f"BlockStored: {len(tokens)} tokens for {len(hashes)} blocks of {block_size}")
                 return
             for i, h in enumerate(hashes):
-                expected = self.verifier.expected(parent, tokens[i * block_size:(i + 1) * block_size])
+                expected = self.verifier.expected(parent, tokens[i * block_size:(i + 1) * block_size], lora_id)
                 if h != expected:
                     self.error(f"BlockStored: hash {h:#x} is not the hash of its parent and tokens")
                 if h in tier:
@@ -220,6 +249,7 @@ class Index:
             "cpu_hashes": sorted(self.tiers["CPU"]),
             "next_seq": self.next_seq,
             "counts": self.counts,
+            "stored_by_lora": self.stored_by_lora,
             "errors": self.errors,
         }
 

@@ -56,6 +56,8 @@ use super::openai_types::{ChatCompletionChunk, CompletionChunk};
         worker_operations::reset_prefix_cache,
         worker_operations::render_completion,
         worker_operations::render_chat,
+        worker_operations::load_lora_adapter,
+        worker_operations::unload_lora_adapter,
     ),
     components(schemas(CompletionChunk, ChatCompletionChunk)),
     modifiers(&FlatBodies),
@@ -63,7 +65,8 @@ use super::openai_types::{ChatCompletionChunk, CompletionChunk};
         (name = "openai", description = "The OpenAI-compatible API"),
         (name = "vllm", description = "vLLM's tokenizer endpoints"),
         (name = "service", description = "Health, readiness, load, metrics and this document"),
-        (name = "routers", description = "What vllm-router and SGLang's gateway call on a worker")
+        (name = "routers", description = "What vllm-router and SGLang's gateway call on a worker"),
+        (name = "lora", description = "vLLM's run-time LoRA adapter endpoints (with `--allow-runtime-lora-updating`)")
     )
 )]
 pub struct ApiDoc;

@@ -20,7 +20,12 @@ fn document() -> Value {
 /// `(METHOD, path)` of every `resource!(path, Method::X, handler)` line of the route table.
 fn route_table() -> BTreeSet<(String, String)> {
     // The main table and the routers' worker endpoints, each in the `resource!` form.
-    let source = [include_str!("../routes.rs"), include_str!("../worker_contract/mod.rs")].concat();
+    let source = [
+        include_str!("../routes.rs"),
+        include_str!("../worker_contract/mod.rs"),
+        include_str!("../lora_admin.rs"),
+    ]
+    .concat();
     source
         .split("resource!(")
         .skip(1)

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use crate::api::errors::ErrorBody;
+use crate::api::lora_admin::{LoadLoraAdapterRequest, UnloadLoraAdapterRequest};
 use crate::api::openai_types::{ChatCompletionRequest, CompletionRequest};
 
 #[utoipa::path(
@@ -147,3 +148,51 @@ pub fn render_completion() {}
     )
 )]
 pub fn render_chat() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/load_lora_adapter",
+    tag = "lora",
+    request_body(
+        content = LoadLoraAdapterRequest,
+        content_type = "application/json",
+        examples(("peft" = (summary = "A PEFT adapter folder", value = json!({
+            "lora_name": "my-adapter", "lora_path": "/adapters/my-adapter"
+        }))))
+    ),
+    responses(
+        (status = 200, description = "vLLM's: `Success: LoRA adapter '<name>' added successfully.`; \
+            requests may name it from now on", body = String, content_type = "text/plain"),
+        (status = 400, description = "A field is missing, the name is taken, `--max-cpu-loras` \
+            adapters are loaded, or the adapter does not load (rank above `--max-lora-rank`, a \
+            corrupt or missing file, shapes or targets the base model cannot take): `param` names \
+            the field", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 404, description = "`lora_path` holds no adapter", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 503, description = "The model is loading or the engine is not running", body = ErrorBody)
+    )
+)]
+pub fn load_lora_adapter() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/unload_lora_adapter",
+    tag = "lora",
+    request_body(
+        content = UnloadLoraAdapterRequest,
+        content_type = "application/json",
+        examples(("by_name" = (summary = "An adapter by name", value = json!({"lora_name": "my-adapter"}))))
+    ),
+    responses(
+        (status = 200, description = "vLLM's: `Success: LoRA adapter '<name>' removed successfully.`; \
+            requests already queued or running under it finish, later ones get 404", body = String,
+            content_type = "text/plain"),
+        (status = 400, description = "Neither `lora_name` nor `lora_int_id` was given", body = ErrorBody),
+        (status = 401, description = "No API key or a wrong one (when the server has keys)", body = ErrorBody),
+        (status = 404, description = "No such adapter is loaded", body = ErrorBody),
+        (status = 413, description = "The body is over the size limit", body = ErrorBody),
+        (status = 503, description = "The model is loading or the engine is not running", body = ErrorBody)
+    )
+)]
+pub fn unload_lora_adapter() {}

@@ -21,6 +21,7 @@ impl Handler<LoadLora> for SchedulerActor {
     fn handle(&mut self, msg: LoadLora, _: &mut Context<Self>) {
         tracing::debug!(id = msg.adapter.id, adapter = %msg.adapter.name, "LoRA adapter handed to the engine");
         self.scheduler.load_lora(msg.adapter);
+        self.record_lora_snapshot();
     }
 }
 
@@ -37,5 +38,18 @@ impl Handler<UnloadLora> for SchedulerActor {
 
     fn handle(&mut self, msg: UnloadLora, _: &mut Context<Self>) {
         self.scheduler.unload_lora(msg.id);
+        self.record_lora_snapshot();
+    }
+}
+
+impl SchedulerActor {
+    /// With LoRA served, records the current gauges outside a step: at start (so the
+    /// per-adapter series exist before any traffic) and at each adapter change (so a loaded
+    /// adapter's series appear at once).
+    pub(super) fn record_lora_snapshot(&self) {
+        let snapshot = self.scheduler.make_stats_snapshot();
+        if snapshot.lora.is_some() {
+            self.record(snapshot, crate::stats::data::IterationStats::default());
+        }
     }
 }

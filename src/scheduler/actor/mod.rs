@@ -194,6 +194,10 @@ impl SchedulerActor {
 
 impl Actor for SchedulerActor {
     type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Self::Context) {
+        self.record_lora_snapshot();
+    }
 }
 
 impl Handler<Generate> for SchedulerActor {

@@ -38,6 +38,7 @@ impl Scheduler {
             num_preemptions: request.num_preemptions,
             intervals,
             constraint_kind: request.params.structured.as_ref().map(|s| s.kind()),
+            lora: request.lora,
             trace: request.trace,
         };
         let event = TokenEvent::Finished {

@@ -10,7 +10,7 @@ use super::Scheduler;
 use crate::engine::lora::LoraAdapter;
 use crate::engine::step::{LoraChange, SchedulerOutput};
 use crate::scheduler::request::Request;
-use crate::stats::data::LoraLoad;
+use crate::stats::data::{LoraLoad, LoraRequests};
 
 /// Changes not yet sent to the executor, and the adapters on their way out.
 #[derive(Debug, Default)]
@@ -95,11 +95,35 @@ impl Scheduler {
             }
             found
         };
+        let mut requests: Vec<LoraRequests> = Vec::new();
+        let mut count = |lora: Option<u32>, running: bool| {
+            let at = requests.iter().position(|r| r.lora == lora).unwrap_or_else(|| {
+                requests.push(LoraRequests {
+                    lora,
+                    ..LoraRequests::default()
+                });
+                requests.len() - 1
+            });
+            if running {
+                requests[at].running += 1;
+            } else {
+                requests[at].waiting += 1;
+            }
+        };
+        self.running.iter().for_each(|r| count(r.lora, true));
+        self.waiting.iter().for_each(|r| count(r.lora, false));
         Some(LoraLoad {
             max_loras: self.config.max_loras,
             running: distinct(&mut self.running.iter()),
             waiting: distinct(&mut self.waiting.iter().chain(&self.swapped)),
+            adapters: names.iter().map(|(id, name)| (*id, name.clone())).collect(),
+            requests,
         })
+    }
+
+    /// Whether the scheduler serves LoRA (`--enable-lora`): steps then count by adapter.
+    pub(super) fn serves_loras(&self) -> bool {
+        self.loras.names.is_some()
     }
 
     /// Adapter `id`'s name, while it is served (`None` without `--enable-lora`).

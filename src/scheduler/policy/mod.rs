@@ -378,6 +378,7 @@ impl Scheduler {
             shape
         });
         self.step_time.observe(shape, output.step_seconds);
+        let by_lora = self.serves_loras();
         let step_seconds = output.step_seconds;
         let mut grammar_failures = output.grammar_failures;
         for (seq, sampled) in batch.sequences.iter().zip(output.sampled) {
@@ -418,6 +419,9 @@ impl Scheduler {
                 let cached = request.cached_prompt_tokens.unwrap_or(0).min(prompt_len);
                 iteration.num_prompt_tokens_cached += cached as u64;
                 iteration.prefill_kv_computed_tokens.push((prompt_len - cached) as u64);
+                if by_lora {
+                    iteration.lora.tokens_of(request.lora).prompt += prompt_len as u64;
+                }
             }
             if let Some(at) = grammar_failures.iter().position(|(id, _)| *id == seq.id) {
                 // The token was sampled under a broken mask: the request fails instead.
@@ -430,9 +434,17 @@ impl Scheduler {
             }
             request.output.push(sampled.token);
             iteration.num_generation_tokens += 1;
+            if by_lora {
+                iteration.lora.tokens_of(request.lora).generation += 1;
+            }
             let ts = &mut request.timestamps;
             let observed = |since| Observation::new(now.saturating_duration_since(since).as_secs_f64(), request.trace);
             match ts.last_token {
+                None if by_lora => {
+                    let ttft = observed(ts.arrival);
+                    iteration.time_to_first_token_s.push(ttft);
+                    iteration.lora.time_to_first_token_s.push((request.lora, ttft));
+                }
                 None => iteration.time_to_first_token_s.push(observed(ts.arrival)),
                 Some(last) => iteration.inter_token_latency_s.push(observed(last)),
             }

@@ -31,6 +31,7 @@ impl Scheduler {
             kv_cache_usage: self.blocks.usage(),
             cpu_cache_usage: self.blocks.cpu_usage(),
             tokens: self.token_load(),
+            lora: self.lora_load(),
             ..SchedulerStats::default()
         }
     }

@@ -22,6 +22,10 @@ use crate::engine::types::FinishReason;
 
 /// The SERVER span's name (vLLM's).
 pub const SERVER_SPAN_NAME: &str = "llm_request";
+/// The SERVER span's attribute naming the LoRA adapter of a request through one (kiln's own:
+/// neither vLLM nor the GenAI conventions name one; `gen_ai.request.model` holds the name the
+/// client asked for, which is the adapter's too).
+pub const LORA_NAME_ATTRIBUTE: &str = "kiln.lora.name";
 /// The name of each engine request's span when a body fans out.
 pub const CHOICE_SPAN_NAME: &str = "llm_request.choice";
 
@@ -86,6 +90,8 @@ pub struct RequestSpans {
     /// `X-Request-Id` when the client sent one, else the response id.
     pub request_id: String,
     pub model: String,
+    /// The LoRA adapter the request named (`kiln.lora.name`); `None` for the base model.
+    pub lora_name: Option<String>,
     /// `gen_ai.operation.name`: `chat` or `text_completion`.
     pub operation: &'static str,
     pub params: SpanParams,
@@ -154,6 +160,9 @@ impl RequestSpans {
         }
         if let Some(k) = self.params.top_k {
             attributes.push(KeyValue::new("gen_ai.request.top_k", i64::from(k)));
+        }
+        if let Some(lora) = &self.lora_name {
+            attributes.push(KeyValue::new(LORA_NAME_ATTRIBUTE, lora.clone()));
         }
         let fans_out = self.engine_requests.iter().any(|r| r.context.is_some());
         let mut events = SpanEvents::default();

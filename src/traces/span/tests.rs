@@ -51,6 +51,7 @@ fn request(t0: Instant, engine_requests: Vec<EngineRequestSpan>) -> RequestSpans
         plan: plan(t0),
         request_id: "req-1".into(),
         model: "tiny".into(),
+        lora_name: None,
         operation: "chat",
         params: SpanParams {
             max_tokens: Some(4),

@@ -132,6 +132,7 @@ fn finished() -> FinishedRequestStats {
         },
         trace: None,
         constraint_kind: None,
+        lora: None,
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod collector;
 mod exemplars;
+mod lora;
 
 use std::collections::HashMap;
 use std::fs::File;
