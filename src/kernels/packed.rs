@@ -113,14 +113,15 @@ impl PackedMatrix {
     }
 
     /// The packed format `ty` runs in: its own (Q4_0, Q4_1, Q5_0, Q8_0) or a lossless
-    /// repacking (Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; see `repack.rs`).
+    /// repacking (Q3_K, Q4_K, Q5_1, Q5_K, Q6_K, IQ4_NL, IQ4_XS; see `repack.rs`). Q2_K (a
+    /// min per 16 elements) and the 16-bit floats have none: they are widened to f32.
     fn format_of(ty: GgmlType) -> Option<BlockFormat> {
         match ty {
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => Some(BlockFormat::Nibbles),
             GgmlType::Q5_0 => Some(BlockFormat::FiveBit),
             GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => Some(BlockFormat::Bytes),
-            GgmlType::Q6_K => Some(BlockFormat::HalfScaledBytes),
-            GgmlType::Q5_K => Some(BlockFormat::OffsetBytes),
+            GgmlType::Q6_K | GgmlType::Q3_K => Some(BlockFormat::HalfScaledBytes),
+            GgmlType::Q5_K | GgmlType::Q5_1 => Some(BlockFormat::OffsetBytes),
             _ => None,
         }
     }
@@ -338,7 +339,7 @@ impl PackedMatrix {
 }
 
 /// A [`BlockFormat::FiveBit`] block's 32 values, `q - 16`.
-fn five_bit_values(q: &[u8]) -> [i8; BLOCK] {
+pub(super) fn five_bit_values(q: &[u8]) -> [i8; BLOCK] {
     let high_bits = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
     let nibbles = &q[4..FIVE_BIT_BYTES];
     std::array::from_fn(|j| {
@@ -386,6 +387,8 @@ mod tests {
             (GgmlType::IQ4_XS, 2, 256),
             (GgmlType::Q5_K, 2, 512),
             (GgmlType::Q6_K, 2, 512),
+            (GgmlType::Q5_1, 3, 64),
+            (GgmlType::Q3_K, 2, 512),
         ] {
             let per_block = ty.block_layout().0 as usize;
             let bytes = random_blocks(ty, rows * cols / per_block, 0);
@@ -402,7 +405,7 @@ mod tests {
                 assert!((a - b).abs() <= tolerance, "{ty} element {i}: {a} vs {b}");
             }
         }
-        assert!(!PackedMatrix::has_kernel(GgmlType::Q3_K));
+        assert!(!PackedMatrix::has_kernel(GgmlType::Q2_K));
     }
 
     #[test]

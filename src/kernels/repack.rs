@@ -7,7 +7,9 @@
 //! - Q6_K: `x = (d * sc) * (q - 32)` with int6 `q` and an 8-bit `sc` per 16 elements:
 //!   [`BlockFormat::HalfScaledBytes`](super::BlockFormat::HalfScaledBytes), `d * sc` per half;
 //! - Q5_K: Q4_K with 5-bit `q`: [`BlockFormat::OffsetBytes`](super::BlockFormat::OffsetBytes)
-//!   (its per-half scales both `d * sc`).
+//!   (its per-half scales both `d * sc`); Q5_1 (`x = d * q + m`, 5-bit `q`) likewise;
+//! - Q3_K: `x = (d * sc) * q` with `q` in -4..4 and a 6-bit `sc` per 16 elements:
+//!   [`BlockFormat::HalfScaledBytes`](super::BlockFormat::HalfScaledBytes), as Q6_K.
 //!
 //! Every scale is `d * sc` with an f16 `d` and an integer `sc` of at most 8 bits, so it is
 //! exact in f32, as is its product with a `q` of at most 6 bits: the packed values equal
@@ -60,6 +62,8 @@ pub(super) fn push_repacked(ty: GgmlType, block: &[u8], m: &mut Blocks<'_>) -> b
         GgmlType::IQ4_XS => iq4_xs(block, m),
         GgmlType::Q5_K => q5_k(block, m),
         GgmlType::Q6_K => q6_k(block, m),
+        GgmlType::Q5_1 => q5_1(block, m),
+        GgmlType::Q3_K => q3_k(block, m),
         _ => return false,
     }
     true
@@ -130,4 +134,33 @@ fn q6_k(block: &[u8], m: &mut Blocks<'_>) {
     }
     m.scales.extend(scales.iter().map(|&sc| d * f32::from(sc as i8)));
     m.quants.extend(q.iter().map(|&v| v as u8));
+}
+
+/// Q5_1: `f16 d`, `f16 m`, `u32 qh` (bit j: element j's fifth bit), 16 bytes of nibbles.
+fn q5_1(block: &[u8], m: &mut Blocks<'_>) {
+    let (d, min) = (half(block), half(&block[2..]));
+    let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+    let qs = &block[8..24];
+    m.scales.extend([d, d]);
+    m.mins.push(min);
+    m.quants
+        .extend((0..BLOCK).map(|j| ((qs[j % 16] >> (4 * (j / 16))) & 0x0f) | ((((qh >> j) & 1) as u8) << 4)));
+}
+
+/// Q3_K: `u8 hmask[32]` (the high bit, inverted), `u8 qs[64]` (low 2 bits), sixteen 6-bit
+/// scales (offset 32) in 12 bytes, `f16 d`; element `i` as gguf-py orders it.
+fn q3_k(block: &[u8], m: &mut Blocks<'_>) {
+    let (hmask, qs, packed) = (&block[..32], &block[32..96], &block[96..108]);
+    let d = half(&block[108..]);
+    m.scales.extend((0..16).map(|i| {
+        let low = (packed[i % 8] >> (4 * (i / 8))) & 0x0f;
+        let high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+        d * f32::from((low | (high << 4)) as i8 - 32)
+    }));
+    m.quants.extend((0..256).map(|i| {
+        let (h, shift, l) = (i / 128, (i / 32) % 4, i % 32);
+        let low = ((qs[h * 32 + l] >> (2 * shift)) & 3) as i8;
+        let high = (((hmask[l] >> (i / 32)) & 1) ^ 1) as i8;
+        (low - (high << 2)) as u8
+    }));
 }

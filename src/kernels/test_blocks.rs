@@ -6,8 +6,9 @@ use super::GgmlType;
 /// Byte offsets of a block's f16 scales (`d`, and `dmin` where the type has one).
 fn half_offsets(ty: GgmlType) -> &'static [usize] {
     match ty {
-        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 => &[0, 2],
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
         GgmlType::Q6_K => &[208],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         other => panic!("no test blocks for {other}"),
     }

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod chat_template;
 pub mod config;
 pub mod decoder;
+pub mod embedding;
 pub mod error;
 pub mod fetch;
 pub mod gguf;

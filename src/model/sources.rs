@@ -9,7 +9,7 @@ use super::arch::{LLAMA_HF_NAMES, WeightLayout};
 use super::error::ModelError;
 use super::gguf::GgufFile;
 use super::weights::{HostTensor, WeightSource};
-use crate::kernels::PackedMatrix;
+use crate::kernels::{GgmlType, PackedMatrix};
 
 /// Tensors of a GGUF file, dequantised to f32 on request.
 pub struct GgufWeights {
@@ -30,6 +30,7 @@ impl WeightSource for GgufWeights {
             return Ok(None);
         }
         let t = self.file.tensor_f32(name)?;
+        self.file.release_tensor(name);
         Ok(Some(HostTensor {
             shape: t.shape,
             data: t.data,
@@ -44,7 +45,13 @@ impl WeightSource for GgufWeights {
             return Ok(None);
         };
         let bytes = self.file.tensor_bytes(name)?;
-        Ok(PackedMatrix::from_ggml(info.ty, bytes, rows, cols))
+        let packed = PackedMatrix::from_ggml(info.ty, bytes, rows, cols);
+        self.file.release_tensor(name);
+        Ok(packed)
+    }
+
+    fn stored_type(&self, name: &str) -> Option<GgmlType> {
+        self.file.tensor_info(name).map(|info| info.ty)
     }
 
     fn has_tensor(&self, name: &str) -> bool {

@@ -10,9 +10,10 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use super::attention::causal_gqa;
 use super::config::ModelConfig;
 use super::decoder::{DecoderLayer, NormWeight, StepAttention, decoder_layer};
+use super::embedding::Embedding;
 use super::host_ops::HostOps;
 use super::lora::{LoraAdapter, LoraRows};
-use super::projection::{Projection, to_host};
+use super::projection::Projection;
 use super::rope::RotaryEmbedding;
 use super::tensor_ops::{TensorOps, rms_norm};
 use crate::engine::step::LoraChange;
@@ -42,7 +43,7 @@ pub struct SequenceBatch {
 pub struct Model<B: Backend> {
     pub config: ModelConfig,
     /// `[vocab, hidden]`
-    pub embed: Tensor<B, 2>,
+    pub embed: Embedding<B>,
     pub layers: Vec<DecoderLayer<B>>,
     pub final_norm: NormWeight<B>,
     /// `hidden → vocab` (the embedding when tied).
@@ -123,24 +124,29 @@ impl<B: KvCacheOps> Model<B> {
             step.windowed = Some(windowed_plan(&step.full, window));
         }
         let tokens = ids.len();
-        let mut x = self.embed.clone().select(0, self.int_tensor(ids));
-        if self.config.features.embedding_scale != 1.0 {
-            x = x.mul_scalar(self.config.features.embedding_scale);
-        }
-        if self.layers_on_host() {
+        let scale = self.config.features.embedding_scale;
+        let x = if self.layers_on_host() {
             let ops = HostOps::new(&self.config, [&self.rope, self.local_rope()], &self.device, &positions);
-            let mut rows = to_host(x);
+            let mut rows = self.embed.host_rows(&ids, &self.device);
+            if scale != 1.0 {
+                rows.iter_mut().for_each(|v| *v *= scale);
+            }
             for (index, layer) in self.layers.iter().enumerate() {
                 rows = decoder_layer(&self.config, &ops, &step, index, layer, &lora, rows, cache);
             }
-            x = Tensor::from_data(TensorData::new(rows, [tokens, self.config.hidden_size]), &self.device);
+            Tensor::from_data(TensorData::new(rows, [tokens, self.config.hidden_size]), &self.device)
         } else {
+            let mut x = self.embed.rows(&ids, &self.device);
+            if scale != 1.0 {
+                x = x.mul_scalar(scale);
+            }
             let positions = self.int_tensor(positions.iter().map(|&p| p as i64).collect());
             let ops = TensorOps::new(&self.config, [&self.rope, self.local_rope()], positions);
             for (index, layer) in self.layers.iter().enumerate() {
                 x = decoder_layer(&self.config, &ops, &step, index, layer, &lora, x, cache);
             }
-        }
+            x
+        };
         let last = x.select(0, self.int_tensor(logit_rows));
         let normed = rms_norm(last, &self.final_norm.tensor, self.config.rms_norm_eps);
         self.lm_head.forward(normed)
@@ -171,7 +177,7 @@ impl<B: KvCacheOps> Model<B> {
         }
     }
 
-    /// Bytes the base model's weights hold: the embedding, every projection as stored
+    /// Bytes the base model's weights hold: the embedding (unless the head shares it), every projection as stored
     /// (packed or f32) and the norms (a tensor and a host copy each). Adapters not included.
     pub fn weight_bytes(&self) -> u64 {
         let f32s = |n: usize| (n * size_of::<f32>()) as u64;
@@ -194,7 +200,11 @@ impl<B: KvCacheOps> Model<B> {
                 projections as u64 + norms
             })
             .sum();
-        f32s(self.embed.shape().num_elements()) + self.lm_head.size_bytes() as u64 + norm(&self.final_norm) + layers
+        let head = match &self.lm_head {
+            Projection::Packed(matrix) => Some(matrix),
+            Projection::Dense(_) => None,
+        };
+        self.embed.size_bytes_beside(head) + self.lm_head.size_bytes() as u64 + norm(&self.final_norm) + layers
     }
 
     /// The adapter with request id `id`.

@@ -11,11 +11,12 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 use super::arch::{self, WeightLayout};
 use super::config::ModelConfig;
 use super::decoder::{DecoderLayer, NormWeight};
+use super::embedding::Embedding;
 use super::error::ModelError;
 use super::projection::Projection;
 use super::rope::RotaryEmbedding;
 use super::transformer::Model;
-use crate::kernels::PackedMatrix;
+use crate::kernels::{GgmlType, PackedMatrix};
 
 /// A row-major f32 tensor in host memory; projections are `[out, in]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +33,10 @@ pub trait WeightSource {
     /// is stored some other way (or the file lacks it).
     fn packed(&self, _name: &str) -> Result<Option<PackedMatrix>, ModelError> {
         Ok(None)
+    }
+    /// The ggml type the tensor is stored in, when the source is a GGUF file.
+    fn stored_type(&self, _name: &str) -> Option<GgmlType> {
+        None
     }
     /// Whether the file has the tensor (without reading it).
     fn has_tensor(&self, name: &str) -> bool;
@@ -90,13 +95,17 @@ pub fn build_model<B: Backend>(
         path: source.path().to_path_buf(),
     };
     let c = config;
-    let embed = loader.matrix("token_embd.weight", c.vocab_size, c.hidden_size)?;
     let head_name = if source.has_tensor("output.weight") {
         "output.weight"
     } else {
         "token_embd.weight"
     };
     let lm_head = loader.projection::<B>(&[Part::plain(head_name, c.vocab_size)], c.hidden_size, device)?;
+    let tied_head = match &lm_head {
+        Projection::Packed(matrix) if head_name == "token_embd.weight" => Some(Arc::clone(matrix)),
+        _ => None,
+    };
+    let embed = loader.embedding(tied_head, device)?;
     let layers = (0..c.num_layers)
         .map(|i| loader.layer::<B>(i, device))
         .collect::<Result<Vec<_>, _>>()?;
@@ -107,7 +116,7 @@ pub fn build_model<B: Backend>(
         .map(|theta| RotaryEmbedding::new(c.head_dim, theta, c.max_position_embeddings, device));
     Ok(Model {
         config: c.clone(),
-        embed: to_tensor(embed, device),
+        embed,
         layers,
         final_norm: NormWeight::new(final_norm, device),
         lm_head,
@@ -241,6 +250,31 @@ impl Loader<'_> {
         Ok(Projection::Dense(to_tensor(transpose(&stack_rows(&dense)), device)))
     }
 
+    /// The token embedding: the tied head's packed blocks, or the table's own, on the packed
+    /// path when the file stores it in a packed type; else widened to an f32 tensor.
+    fn embedding<B: Backend>(
+        &self,
+        tied_head: Option<Arc<PackedMatrix>>,
+        device: &B::Device,
+    ) -> Result<Embedding<B>, ModelError> {
+        let (name, c) = ("token_embd.weight", self.config);
+        if self.options.keep_quantized
+            && let Some(source) = self.source.stored_type(name)
+        {
+            let matrix = match tied_head {
+                Some(head) => Some(head),
+                None => self
+                    .packed_parts(&[Part::plain(name, c.vocab_size)], c.hidden_size)?
+                    .map(Arc::new),
+            };
+            if let Some(matrix) = matrix {
+                return Ok(Embedding::Packed { matrix, source });
+            }
+        }
+        let table = self.matrix(name, c.vocab_size, c.hidden_size)?;
+        Ok(Embedding::Dense(to_tensor(table, device)))
+    }
+
     /// `None` when any part is not stored in packable blocks, or they differ in format.
     fn packed_parts(&self, parts: &[Part], cols: usize) -> Result<Option<PackedMatrix>, ModelError> {
         let mut packed = Vec::with_capacity(parts.len());
@@ -255,6 +289,11 @@ impl Loader<'_> {
                 Some(heads) => m.reorder_rows(&unpermuted_row_order(m.rows, heads)),
                 None => m,
             });
+        }
+        if packed.len() == 1 {
+            // One part as it is: stacking would copy it (the tied head's 189 MB on Gemma 3),
+            // and the freed original stays in the allocator's heap.
+            return Ok(packed.pop());
         }
         Ok(PackedMatrix::stack(&packed))
     }

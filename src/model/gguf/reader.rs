@@ -155,6 +155,27 @@ impl GgufFile {
         self.lookup(name).map(|(_, bytes)| bytes)
     }
 
+    /// Drops the tensor's pages from the process's resident set once its contents have been
+    /// copied (packed or widened): without this, every page the load read stays resident
+    /// while the file is mapped, so loading peaked at the copies plus the whole file. The
+    /// pages stay in the page cache, and a later read maps them back in. A hint: failure is
+    /// harmless and ignored.
+    pub fn release_tensor(&self, name: &str) {
+        let Some(info) = self.tensor_info(name) else {
+            return;
+        };
+        let start = (self.data_start + info.offset) as usize;
+        #[cfg(unix)]
+        // SAFETY: the map is read-only and file-backed, so `MADV_DONTNEED` only drops pages
+        // that the next access reads back from the file, unchanged.
+        let _ = unsafe {
+            self.mmap
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, info.size_bytes as usize)
+        };
+        #[cfg(not(unix))]
+        let _ = start;
+    }
+
     fn lookup(&self, name: &str) -> Result<(&GgufTensorInfo, &[u8]), GgufError> {
         let info = self.tensor_info(name).ok_or_else(|| GgufError::MissingTensor {
             path: self.path.clone(),

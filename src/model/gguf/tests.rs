@@ -355,7 +355,7 @@ fn types_without_a_packed_kernel_are_widened_and_named() {
     let mut w = GgufWriter::new();
     w.add_tensor_raw("blk.0.attn_q.weight", &[2, 256], GgmlType::Q4_K, vec![0; 2 * 144])
         .expect("add");
-    w.add_tensor_raw("blk.0.ffn_down.weight", &[1, 256], GgmlType::Q3_K, vec![0; 110])
+    w.add_tensor_raw("blk.0.ffn_down.weight", &[1, 256], GgmlType::Q2_K, vec![0; 84])
         .expect("add");
     w.add_tensor_f32("blk.0.attn_k.weight", &[1, 32], &[0.5; 32], GgmlType::Q8_0)
         .expect("add");
@@ -363,7 +363,7 @@ fn types_without_a_packed_kernel_are_widened_and_named() {
         .expect("add");
     let g = open_bytes(&w.to_bytes().expect("bytes")).expect("open");
     let widened: Vec<String> = g.types_widened_at_load().into_iter().collect();
-    assert_eq!(widened, ["Q3_K"], "Q4_K and Q8_0 run packed");
+    assert_eq!(widened, ["Q2_K"], "Q4_K and Q8_0 run packed");
     let q = g.tensor_f32("blk.0.attn_q.weight").expect("Q4_K widens");
     assert_eq!((q.shape.as_slice(), q.data.len()), ([2, 256].as_slice(), 512));
     assert!(q.data.iter().all(|v| *v == 0.0));

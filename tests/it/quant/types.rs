@@ -102,7 +102,10 @@ fn k_quant_and_iq4_projections_load_and_run_packed_as_they_dequantise() {
 
     let file = GgufFile::open(&mixed).expect("open");
     let widened: Vec<String> = file.types_widened_at_load().into_iter().collect();
-    assert_eq!(widened, ["Q5_1"], "only Q5_1 lacks a packed kernel");
+    assert!(
+        widened.is_empty(),
+        "every type here runs packed (Q5_1 repacked): {widened:?}"
+    );
 
     let prompt = [5, 80, 81, 90, 100, 3, 7];
     let packed = first_logits(&mixed, false, &prompt);
