@@ -9,12 +9,14 @@ use actix::Addr;
 use actix_web::dev::ServerHandle;
 
 use crate::engine::health::EngineHealth;
+use crate::engine::server_health::ServerHealth;
 use crate::scheduler::actor::{AbortAll, SchedulerActor};
 
 /// What draining needs.
 pub struct Drain {
     pub server: ServerHandle,
-    pub health: Arc<EngineHealth>,
+    /// Every engine's health, turned draining.
+    pub health: Arc<ServerHealth>,
     /// Every engine's scheduler.
     pub schedulers: Vec<Addr<SchedulerActor>>,
     /// How long running requests get to finish before they are aborted.
@@ -60,9 +62,10 @@ async fn shutdown_signal() -> &'static str {
     }
 }
 
-/// Checks the executor's running step every so often; one past `timeout` marks the engine
-/// dead (a hung step never returns, so no restart can help). `timeout` zero: no watchdog.
-pub fn spawn_step_watchdog(health: Arc<EngineHealth>, timeout: Duration) {
+/// Checks engine `engine`'s running step every so often; one past `timeout` marks that engine
+/// dead (a hung step never returns, so no restart can help); the other engines of a
+/// data-parallel server serve on. `timeout` zero: no watchdog.
+pub fn spawn_step_watchdog(engine: usize, health: Arc<EngineHealth>, timeout: Duration) {
     if timeout.is_zero() {
         return;
     }
@@ -79,7 +82,7 @@ pub fn spawn_step_watchdog(health: Arc<EngineHealth>, timeout: Duration) {
                     running.as_secs_f64(),
                     timeout.as_secs_f64()
                 );
-                tracing::error!(%reason, "the engine is hung");
+                tracing::error!(engine, %reason, "the engine is hung");
                 health.dead(reason);
             }
         }

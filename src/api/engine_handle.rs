@@ -3,7 +3,8 @@
 //! data-parallel server (`--data-parallel-size`) has several engines: an unbound handle
 //! chooses one per request ([`super::engine_choice`]) and answers for all of them; a handle
 //! bound to one engine ([`EngineHandle::pinned`], or what `submit` returns) talks to it alone,
-//! so a request's abort reaches the engine that runs it.
+//! so a request's abort reaches the engine that runs it. Each engine has its own health: the
+//! choice passes over an engine that restarts or is dead while another serves.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +14,7 @@ use futures_util::future::join_all;
 
 use super::engine_choice::{EngineFacts, choose};
 use crate::engine::events::EngineError;
+use crate::engine::health::{EngineHealth, EngineState};
 use crate::engine::lora::LoraAdapter;
 use crate::engine::messages::{Abort, AbortReason, Generate};
 use crate::engine::types::RequestId;
@@ -26,6 +28,8 @@ pub struct EngineHandle {
     bound: Option<usize>,
     /// Turns for ties between equally good engines.
     turn: Arc<AtomicUsize>,
+    /// Each engine's health, by index.
+    health: Arc<[Arc<EngineHealth>]>,
 }
 
 impl EngineHandle {
@@ -36,11 +40,40 @@ impl EngineHandle {
     /// Engines `0..n` of a data-parallel server (at least one).
     pub fn data_parallel(engines: Vec<Addr<SchedulerActor>>) -> Self {
         assert!(!engines.is_empty(), "a server runs at least one engine");
+        let health = engines
+            .iter()
+            .map(|_| {
+                let health = EngineHealth::new();
+                health.ready();
+                Arc::new(health)
+            })
+            .collect();
         Self {
             engines: engines.into(),
             bound: None,
             turn: Arc::new(AtomicUsize::new(0)),
+            health,
         }
+    }
+
+    /// The engines' own healths (one per engine, by index), which their executors write;
+    /// without them every engine counts as ready.
+    pub fn with_health(self, health: Vec<Arc<EngineHealth>>) -> Self {
+        assert_eq!(health.len(), self.engines.len(), "one health per engine");
+        Self {
+            health: health.into(),
+            ..self
+        }
+    }
+
+    /// Engine `i`'s state now.
+    pub fn state(&self, i: usize) -> EngineState {
+        self.health[i].state()
+    }
+
+    /// Whether engine `i` takes requests now (ready, or draining its last ones).
+    pub fn serves(&self, i: usize) -> bool {
+        self.health[i].serves()
     }
 
     /// Engines behind the server (`dp_size`).
@@ -57,8 +90,11 @@ impl EngineHandle {
         }
     }
 
-    /// The handle bound to the engine that should run `prompt`: this one if bound, else the
-    /// one holding its longest cached prefix unless loaded well beyond the least loaded.
+    /// The handle bound to the engine that should run `prompt`: this one if bound, else,
+    /// among the engines that serve now, the one holding its longest cached prefix unless
+    /// loaded well beyond the least loaded. When none serves, a restarting one is chosen
+    /// (the request waits for its restart, as with one engine), and with every engine dead
+    /// any (the request fails).
     pub async fn choose_for(&self, prompt: &[u32], lora: Option<u32>) -> Self {
         if self.bound.is_some() {
             return self.clone();
@@ -67,8 +103,20 @@ impl EngineHandle {
         if self.engines.len() == 1 {
             return self.pinned(Some(0));
         }
+        let all = 0..self.engines.len();
+        let mut candidates: Vec<usize> = all.clone().filter(|&i| self.serves(i)).collect();
+        if candidates.is_empty() {
+            candidates = all.clone().filter(|&i| self.health[i].is_alive()).collect();
+        }
+        if candidates.is_empty() {
+            candidates = all.collect();
+        }
+        if let [only] = candidates[..] {
+            return self.pinned(Some(only));
+        }
         let prompt: Arc<[u32]> = prompt.into();
-        let asks = self.engines.iter().map(|engine| {
+        let asks = candidates.iter().map(|&i| {
+            let engine = &self.engines[i];
             engine.send(GetPlacement {
                 prompt: Arc::clone(&prompt),
                 lora,
@@ -89,7 +137,7 @@ impl EngineHandle {
                 },
             })
             .collect();
-        self.pinned(Some(choose(&facts, turn)))
+        self.pinned(Some(candidates[choose(&facts, turn)]))
     }
 
     /// Hands one engine request over (to the bound engine, else to the one chosen for it);

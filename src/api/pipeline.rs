@@ -88,6 +88,9 @@ pub async fn serve<E: Endpoint>(
     let arrival = Instant::now();
     let log = RequestLog::of(&req);
     let rank = dp_rank::pinned_rank(&req, request.common().data_parallel_rank, state.engine.size())?;
+    if let Some(rank) = rank {
+        dp_rank::check_serving(&state.engine, rank)?;
+    }
     let valid = validate(&state, request).await?;
     let head = ResponseHead::new(E::ID_PREFIX, &valid.model, state.per_request_metrics);
     let id = head.id.clone();

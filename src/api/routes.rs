@@ -8,15 +8,16 @@ use super::AppState;
 use super::auth::ApiKeys;
 use super::chat::Chat;
 use super::completions::Completions;
+use super::engine_handle::total_load;
 use super::errors::ApiError;
 use super::openai_types::{ModelCard, ModelList};
 use super::openapi::{Serving, allowed_methods, served_document};
 use super::pipeline::serve;
 use super::responses::Responses;
-use super::service_types::{Load, Readiness, VersionInfo};
+use super::service_types::{EngineLoad, Load, Readiness, VersionInfo};
 use super::tokenize::{detokenize, tokenize};
 use super::tokenizer_info::tokenizer_info as tokenizer_info_handler;
-use crate::engine::health::EngineHealth;
+use crate::engine::server_health::ServerHealth;
 
 /// Where `/metrics` answers, on the API port or a listener of its own.
 pub const METRICS_PATHS: [&str; 2] = ["/metrics", "/metrics/"];
@@ -89,19 +90,20 @@ async fn list_models(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(ModelList::new(std::iter::once(base).chain(adapters).collect()))
 }
 
-/// Health, as vLLM's: 200 once the model is loaded while the engine can serve now or after a
-/// restart; 503 while it loads (see `server::loading`), and once it is dead for good
-/// (restarts exhausted, a step hung) or its actor does not answer.
-async fn health(state: web::Data<AppState>, engine: web::Data<EngineHealth>) -> Result<HttpResponse, ApiError> {
-    if !engine.is_alive() {
-        return Err(ApiError::Unavailable("the engine has stopped for good".into()));
+/// Health, as vLLM's: 200 once the model is loaded while an engine can serve now or after a
+/// restart (the body names each engine's state); 503 while it loads (see `server::loading`),
+/// once every engine is dead for good (restarts exhausted, a step hung), or when an engine's
+/// actor does not answer.
+async fn health(state: web::Data<AppState>, engines: web::Data<ServerHealth>) -> Result<HttpResponse, ApiError> {
+    if !engines.is_alive() {
+        return Err(ApiError::Unavailable("every engine has stopped for good".into()));
     }
     state
         .engine
         .load()
         .await
         .ok_or_else(|| ApiError::Unavailable("the engine is not running".into()))?;
-    Ok(HttpResponse::Ok().finish())
+    Ok(HttpResponse::Ok().json(Readiness::of(&engines)))
 }
 
 /// Liveness for orchestrators: 200 while the process runs, loading included (`/health` is
@@ -110,11 +112,12 @@ async fn live() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 
-/// Readiness: 200 when new requests are served now; 503 while loading, restarting the
-/// executor, draining for shutdown, or dead. The body names the state.
-async fn ready(engine: web::Data<EngineHealth>) -> HttpResponse {
-    let body = Readiness::of(&engine.state());
-    if engine.is_ready() {
+/// Readiness: 200 when new requests are served now by at least one engine; 503 while loading,
+/// restarting every executor, draining for shutdown, or dead. The body names the server's
+/// state and each engine's.
+async fn ready(engines: web::Data<ServerHealth>) -> HttpResponse {
+    let body = Readiness::of(&engines);
+    if engines.is_ready() {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
@@ -127,22 +130,26 @@ async fn version() -> HttpResponse {
     })
 }
 
-/// The engine's load for routers and load balancers.
+/// The engines' load for routers and load balancers: the total, and each engine's with its
+/// state.
 async fn load(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let s = state
+    let loads = state
         .engine
-        .load()
+        .loads()
         .await
         .ok_or_else(|| ApiError::Unavailable("the engine is not running".into()))?;
+    let engines = loads
+        .iter()
+        .enumerate()
+        .map(|(engine, s)| EngineLoad {
+            engine,
+            status: state.engine.state(engine).name().to_owned(),
+            load: s.into(),
+        })
+        .collect();
     Ok(HttpResponse::Ok().json(Load {
-        running: s.num_running,
-        waiting: s.num_waiting,
-        swapped: s.num_swapped,
-        kv_cache_usage: s.kv_cache_usage,
-        num_tokens_waiting: s.tokens.waiting,
-        uncached_tokens_waiting: s.tokens.uncached_waiting,
-        num_tokens_running: s.tokens.running,
-        max_token_capacity: s.tokens.capacity,
+        total: (&total_load(&loads)).into(),
+        engines,
     }))
 }
 

@@ -5,9 +5,10 @@ use utoipa::ToSchema;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
-use crate::engine::health::EngineState;
+use crate::engine::server_health::ServerHealth;
+use crate::stats::data::SchedulerStats;
 
-/// Every word `/ready` may answer with ([`EngineState::name`]).
+/// Every word `/ready` may answer with ([`crate::engine::health::EngineState::name`]).
 pub const ENGINE_STATE_NAMES: [&str; 5] = ["loading", "ready", "restarting", "draining", "dead"];
 
 fn engine_state_name() -> RefOr<Schema> {
@@ -17,17 +18,39 @@ fn engine_state_name() -> RefOr<Schema> {
         .into()
 }
 
-/// `/ready`'s body, with 200 and with 503.
+/// `/ready`'s body, with 200 and with 503 (and `/health`'s with 200): the server's state
+/// (ready while any engine is) and each engine's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Readiness {
+    #[schema(schema_with = engine_state_name)]
+    pub status: String,
+    /// Each engine's state, by data-parallel rank.
+    #[serde(default)]
+    pub engines: Vec<EngineReadiness>,
+}
+
+/// One engine's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EngineReadiness {
+    /// The data-parallel rank (the `engine` label of the engine metric families).
+    pub engine: usize,
     #[schema(schema_with = engine_state_name)]
     pub status: String,
 }
 
 impl Readiness {
-    pub fn of(state: &EngineState) -> Self {
+    pub fn of(health: &ServerHealth) -> Self {
         Self {
-            status: state.name().to_owned(),
+            status: health.state().name().to_owned(),
+            engines: health
+                .engines()
+                .iter()
+                .enumerate()
+                .map(|(engine, h)| EngineReadiness {
+                    engine,
+                    status: h.state().name().to_owned(),
+                })
+                .collect(),
         }
     }
 }
@@ -38,9 +61,31 @@ pub struct VersionInfo {
     pub version: String,
 }
 
-/// The engine's load, for routers and load balancers.
+/// The engines' load, for routers and load balancers: the total over every engine at the
+/// top level (as with one engine), and each engine's in `engines`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Load {
+    #[serde(flatten)]
+    pub total: LoadFigures,
+    /// Each engine's load and state, by data-parallel rank.
+    #[serde(default)]
+    pub engines: Vec<EngineLoad>,
+}
+
+/// One engine's load and state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EngineLoad {
+    /// The data-parallel rank.
+    pub engine: usize,
+    #[schema(schema_with = engine_state_name)]
+    pub status: String,
+    #[serde(flatten)]
+    pub load: LoadFigures,
+}
+
+/// What `/load` says of one engine, or of them all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LoadFigures {
     /// Sequences being generated.
     pub running: usize,
     /// Sequences queued for admission.
@@ -59,9 +104,25 @@ pub struct Load {
     pub max_token_capacity: u64,
 }
 
+impl From<&SchedulerStats> for LoadFigures {
+    fn from(s: &SchedulerStats) -> Self {
+        Self {
+            running: s.num_running,
+            waiting: s.num_waiting,
+            swapped: s.num_swapped,
+            kv_cache_usage: s.kv_cache_usage,
+            num_tokens_waiting: s.tokens.waiting,
+            uncached_tokens_waiting: s.tokens.uncached_waiting,
+            num_tokens_running: s.tokens.running,
+            max_token_capacity: s.tokens.capacity,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::health::EngineState;
 
     #[test]
     fn every_engine_state_has_a_documented_name() {

@@ -1,5 +1,6 @@
-//! The engine's lifecycle as one shared value: the executor, the scheduler and the server
-//! write it, `/health` (liveness) and `/ready` (readiness) read it.
+//! One engine's lifecycle as one shared value: its executor, its step watchdog and the server
+//! write it; `/health` (liveness) and `/ready` (readiness) read every engine's through
+//! the server's health (`ServerHealth`).
 //!
 //! Liveness fails only when the engine is dead for good (restarts exhausted, or a step hung
 //! past its deadline): the process then exits non-zero so the orchestrator restarts it.
@@ -70,6 +71,12 @@ impl EngineHealth {
 
     pub fn is_ready(&self) -> bool {
         *self.state.borrow() == EngineState::Ready
+    }
+
+    /// Takes requests now: ready, or draining its last ones (the requests of a connection
+    /// still open at shutdown are served).
+    pub fn serves(&self) -> bool {
+        matches!(*self.state.borrow(), EngineState::Ready | EngineState::Draining)
     }
 
     /// Loading or restarting is over. Draining and death are not undone.

@@ -8,6 +8,7 @@ pub mod memory;
 pub mod messages;
 pub mod request;
 pub mod sampling_params;
+pub mod server_health;
 pub mod step;
 pub mod structured_output;
 pub mod timeline;

@@ -15,13 +15,13 @@ use super::access::Access;
 use super::listeners::listen;
 use crate::api::auth::require_api_key;
 use crate::api::errors::ApiError;
-use crate::engine::health::EngineHealth;
+use crate::engine::server_health::ServerHealth;
 
 /// Serves probes on a clone of the public listener until the returned handle stops it;
 /// the listener itself stays open for the engine's server.
 pub fn serve_while_loading(
     listener: TcpListener,
-    health: Arc<EngineHealth>,
+    health: Arc<ServerHealth>,
     access: &Access,
 ) -> anyhow::Result<ServerHandle> {
     let health = web::Data::from(health);
@@ -47,8 +47,8 @@ pub fn serve_while_loading(
     Ok(handle)
 }
 
-async fn readiness(health: web::Data<EngineHealth>) -> HttpResponse {
-    HttpResponse::ServiceUnavailable().json(serde_json::json!({ "status": health.state().name() }))
+async fn readiness(health: web::Data<ServerHealth>) -> HttpResponse {
+    HttpResponse::ServiceUnavailable().json(crate::api::service_types::Readiness::of(&health))
 }
 
 async fn not_yet() -> HttpResponse {

@@ -27,7 +27,7 @@ use crate::api::access_log::AccessLogSettings;
 use crate::api::worker_contract::WorkerInfo;
 use crate::api::{self, AppState, ServedModel};
 use crate::config::Config;
-use crate::engine::health::EngineHealth;
+use crate::engine::server_health::ServerHealth;
 use crate::executor::actor::Supervision;
 use crate::executor::model_runner::ModelRunner;
 use crate::executor::pooled::{Pooled, engine_pools};
@@ -79,8 +79,8 @@ pub struct RunningServer {
     pub stats: Addr<StatsActor>,
     /// Flushes the final OTLP export on shutdown.
     pub telemetry: Arc<Telemetry>,
-    /// Liveness and readiness.
-    pub health: Arc<EngineHealth>,
+    /// Liveness and readiness: every engine's health.
+    pub health: Arc<ServerHealth>,
     /// Exports request spans; `None` when tracing is off.
     pub tracer: Option<Arc<Tracer>>,
 }
@@ -97,14 +97,15 @@ pub fn shutdown_telemetry(telemetry: &Telemetry, tracer: Option<&Arc<Tracer>>) {
 const SPAN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `kiln serve`: bind, load while answering probes, start, and serve until stopped.
-/// SIGTERM/SIGINT drain and return `Ok`; an engine that dies for good (restarts exhausted, a
-/// hung step) returns an error, so the process exits non-zero and its supervisor restarts it.
+/// SIGTERM/SIGINT drain and return `Ok`; once every engine has died for good (restarts
+/// exhausted, a hung step) it returns an error, so the process exits non-zero and its
+/// supervisor restarts it. One engine of several dying leaves the others serving.
 pub fn run_blocking(config: Config) -> anyhow::Result<()> {
     let listener = bind_public(&config)?;
     let access = Access::from_config(&config)?;
     access.log();
     actix_web::rt::System::new().block_on(async move {
-        let health = Arc::new(EngineHealth::new());
+        let health = Arc::new(ServerHealth::new(config.engine.data_parallel_size));
         let loading = loading::serve_while_loading(listener.try_clone()?, health.clone(), &access)?;
         tracing::info!(
             "loading; probes answered on {}://{}",
@@ -135,7 +136,7 @@ pub fn run_blocking(config: Config) -> anyhow::Result<()> {
                 served.context("http server")?;
                 None
             }
-            reason = health.wait_dead() => Some(reason),
+            reason = health.wait_all_dead() => Some(reason),
         };
         if let Some(reason) = dead {
             handle.stop(false).await;
@@ -164,16 +165,17 @@ fn load(config: &Config) -> anyhow::Result<PreparedEngine<ModelRunner>> {
 pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) -> anyhow::Result<RunningServer> {
     let listener = bind_public(config)?;
     let access = Access::from_config(config)?;
-    start_on(config, prepared, listener, Arc::new(EngineHealth::new()), access).await
+    let health = Arc::new(ServerHealth::new(config.engine.data_parallel_size));
+    start_on(config, prepared, listener, health, access).await
 }
 
 /// Starts the actors and serves HTTP on `listener` guarded by `access` (built once, before
-/// the model loads); `health` is turned ready once serving.
+/// the model loads); `health` (one per engine) is turned ready once serving.
 async fn start_on<E: Executor>(
     config: &Config,
     prepared: PreparedEngine<E>,
     listener: TcpListener,
-    health: Arc<EngineHealth>,
+    health: Arc<ServerHealth>,
     access: Access,
 ) -> anyhow::Result<RunningServer> {
     let metric_exports = Arc::new(ExportOutcomes::default());
@@ -214,9 +216,8 @@ async fn start_on<E: Executor>(
         "engine.data_parallel_size is {} but {engines} executor(s) were prepared",
         config.engine.data_parallel_size
     );
-    // One server health for now: every engine's series reads it.
-    let engine_health = vec![health.clone(); engines];
-    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, &engine_health);
+    anyhow::ensure!(health.len() == engines, "one health per engine");
+    crate::stats::engine_health::register_engine_health(&telemetry, &config.telemetry.engine_prefix, health.engines());
     crate::stats::memory::register_memory(&telemetry, &prepared.memory, crate::model::DEVICE_NAME);
     let tracer = start_tracer(config, &telemetry_config, &telemetry)?;
     let stats_config = StatsActorConfig {
@@ -225,7 +226,13 @@ async fn start_on<E: Executor>(
     let stats = StatsActor::new(telemetry.instruments.clone(), stats_config)
         .with_push_instruments(telemetry.push_instruments())
         .start();
-    spawn_step_watchdog(health.clone(), Duration::from_secs_f64(config.engine.step_timeout_s));
+    for (index, engine) in health.engines().iter().enumerate() {
+        spawn_step_watchdog(
+            index,
+            engine.clone(),
+            Duration::from_secs_f64(config.engine.step_timeout_s),
+        );
+    }
     let (cache_blocks, hash_algo) = (
         prepared.scheduler.num_gpu_blocks,
         prepared.scheduler.prefix_hasher.algo(),
@@ -239,7 +246,7 @@ async fn start_on<E: Executor>(
         let executor = start_executor(
             Pooled::new(executor, pool),
             Supervision {
-                health: health.clone(),
+                health: health.engine(index).clone(),
                 max_restarts: config.engine.max_engine_restarts,
             },
         );
@@ -258,7 +265,8 @@ async fn start_on<E: Executor>(
     let telemetry = Arc::new(telemetry);
     let state = web::Data::new(AppState {
         model: prepared.served,
-        engine: crate::api::engine_handle::EngineHandle::data_parallel(schedulers.clone()),
+        engine: crate::api::engine_handle::EngineHandle::data_parallel(schedulers.clone())
+            .with_health(health.engines().to_vec()),
         stats: stats.clone(),
         registry: telemetry.registry.clone(),
         exemplars: telemetry.exemplars.clone(),

@@ -37,6 +37,7 @@ mod lora_runtime;
 mod memory_metrics;
 mod model_formats;
 mod native_histograms;
+mod one_engine_dies;
 mod openai_client;
 mod openapi;
 mod otlp;

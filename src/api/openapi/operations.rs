@@ -279,8 +279,10 @@ pub fn list_models() {}
     path = "/health",
     tag = "service",
     responses(
-        (status = 200, description = "Loaded, and serving now or after a restart"),
-        (status = 503, description = "Loading, dead for good, or the engine does not answer", body = ErrorBody)
+        (status = 200, description = "Loaded, and an engine serves now or after a restart; each \
+            engine's state", body = Readiness),
+        (status = 503, description = "Loading, every engine dead for good, or an engine does not answer",
+            body = ErrorBody)
     )
 )]
 pub fn health() {}
@@ -290,8 +292,9 @@ pub fn health() {}
     path = "/ready",
     tag = "service",
     responses(
-        (status = 200, description = "Ready for new requests", body = Readiness),
-        (status = 503, description = "Loading, restarting, draining or dead", body = Readiness)
+        (status = 200, description = "An engine is ready for new requests; each engine's state",
+            body = Readiness),
+        (status = 503, description = "Loading, or every engine restarting, draining or dead", body = Readiness)
     )
 )]
 pub fn ready() {}
@@ -326,7 +329,7 @@ pub fn version() {}
     path = "/load",
     tag = "service",
     responses(
-        (status = 200, description = "The engine's load", body = Load),
+        (status = 200, description = "The engines' load: the total, and each engine's", body = Load),
         (status = 503, description = "The model is loading (with `Retry-After`) or the engine is \
             not running", body = ErrorBody)
     )

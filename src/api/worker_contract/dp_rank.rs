@@ -2,11 +2,15 @@
 //! ranks `/get_server_info`'s `dp_size` announced, and smg puts `data_parallel_rank` in the
 //! body. A rank the server runs pins the request to that engine; any other is a 400 that
 //! names it, so a router misconfigured for more ranks learns it at once instead of being
-//! served by another engine. The header wins over the body when both are given.
+//! served by another engine. The header wins over the body when both are given. A rank whose
+//! engine does not serve now (restarting its executor, or dead for good) is a 503 that names
+//! it, which the routers retry, rather than a request left waiting on that engine.
 
 use actix_web::HttpRequest;
 
+use crate::api::engine_handle::EngineHandle;
 use crate::api::errors::ApiError;
+use crate::engine::health::EngineState;
 
 pub const RANK_HEADER: &str = "x-data-parallel-rank";
 
@@ -32,6 +36,23 @@ pub fn pinned_rank(req: &HttpRequest, body_rank: Option<i64>, dp_size: usize) ->
         .map(|rank| in_range("data_parallel_rank", rank, dp_size))
         .transpose()?;
     Ok(header.or(body))
+}
+
+/// Refuses a request pinned to `rank` (one the server runs) while that engine does not serve.
+pub fn check_serving(engine: &EngineHandle, rank: usize) -> Result<(), ApiError> {
+    if engine.serves(rank) {
+        return Ok(());
+    }
+    let why = match engine.state(rank) {
+        EngineState::Dead(_) => "its engine is dead; send it to another rank".to_owned(),
+        state => format!(
+            "its engine is {}; retry shortly or send it to another rank",
+            state.name()
+        ),
+    };
+    Err(ApiError::Unavailable(format!(
+        "data-parallel rank {rank} cannot serve requests now: {why}"
+    )))
 }
 
 /// Refuses a rank the server does not run (the render endpoints, which run no engine).

@@ -23,6 +23,10 @@ fn settings(state: &AppState, info: &WorkerInfo) -> Value {
         "tp_size": 1,
         "pp_size": 1,
         "data_parallel_size": state.engine.size(),
+        // Each rank's engine state now (`ready`, `restarting`, `dead`...).
+        "dp_ranks": (0..state.engine.size())
+            .map(|i| json!({"dp_rank": i, "status": state.engine.state(i).name()}))
+            .collect::<Vec<_>>(),
         "context_length": m.max_model_len,
         "max_model_len": m.max_model_len,
         "block_size": info.block_size,

@@ -1,6 +1,7 @@
 //! Load for routers: `GET /get_load` (SGLang's and vllm-router's shape: an integer `load`,
 //! which `power_of_two` compares) and `GET /v1/loads` (SGLang's per-rank load, which smg reads
-//! for SGLang workers).
+//! for SGLang workers). Each rank's entry adds its engine's `status` (`ready`, `restarting`,
+//! `dead`...), which the routers' parsers ignore and an operator reads.
 
 use actix_web::{HttpResponse, web};
 use serde_json::json;
@@ -27,6 +28,7 @@ pub async fn get_load(state: web::Data<AppState>) -> Result<HttpResponse, ApiErr
     let rank = |i: usize, s: &SchedulerStats| {
         json!({
             "dp_rank": i,
+            "status": state.engine.state(i).name(),
             "load": s.num_running + s.num_waiting + s.num_swapped,
             "num_reqs": s.num_running + s.num_swapped,
             "num_waiting_reqs": s.num_waiting,
@@ -61,6 +63,7 @@ pub async fn loads(state: web::Data<AppState>, info: web::Data<WorkerInfo>) -> R
             let running = s.num_running + s.num_swapped;
             json!({
                 "dp_rank": i,
+                "status": state.engine.state(i).name(),
                 "num_running_reqs": running,
                 "num_waiting_reqs": s.num_waiting,
                 "num_total_reqs": running + s.num_waiting,

@@ -20,7 +20,8 @@ use crate::engine::step::{ExecuteBatch, ExecutorError, ModelOutput};
 /// How the executor thread is supervised.
 #[derive(Debug, Clone)]
 pub struct Supervision {
-    /// Written at every restart, at death, and around every step (the hang watchdog).
+    /// This engine's health (each engine of a data-parallel server has its own): written
+    /// at every restart, at death, and around every step (the hang watchdog).
     pub health: Arc<EngineHealth>,
     /// Restarts allowed without a successful step in between; one more panic is fatal.
     pub max_restarts: u32,

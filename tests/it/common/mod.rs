@@ -59,14 +59,24 @@ pub fn start_model(dir: tempfile::TempDir, model_path: PathBuf, tweak: impl FnOn
 /// Starts kiln with the tiny model's tokenizer and template but the fake executor (which
 /// can be slowed down, so requests are reliably still running or queued when observed).
 pub fn start_fake(behaviour: FakeBehaviour, tweak: impl FnOnce(&mut Config)) -> Tiny {
+    start_fake_engines(vec![behaviour], tweak)
+}
+
+/// [`start_fake`] with one engine per behaviour (`--data-parallel-size` their number), so a
+/// fault can be injected into one engine alone.
+pub fn start_fake_engines(behaviours: Vec<FakeBehaviour>, tweak: impl FnOnce(&mut Config)) -> Tiny {
     let (dir, model_path, config) = tiny_setup(TinyModelSpec::default(), |c| {
         c.engine.num_gpu_blocks_override = 64;
+        c.engine.data_parallel_size = behaviours.len();
         tweak(c)
     });
     let files = open_model(&model_path).expect("open tiny model");
     let vocab = files.config.vocab_size as u32;
-    let prepared =
-        prepare_engine(&config, files, "tiny-llama".into(), FakeExecutor::new(vocab, behaviour)).expect("prepare");
+    let mut executors = behaviours.into_iter().map(|b| FakeExecutor::new(vocab, b));
+    let first = executors.next().expect("at least one engine");
+    let mut prepared = prepare_engine(&config, files, "tiny-llama".into(), first).expect("prepare");
+    prepared.other_executors = executors.collect();
+    prepared.memory = vec![prepared.memory[0].clone(); 1 + prepared.other_executors.len()];
     let server = TestServer::start(config, prepared).expect("server starts");
     Tiny {
         server,
