@@ -17,7 +17,7 @@ pub struct EngineConfig {
     /// --kv-cache-memory-bytes is the same flag).
     #[arg(long, env = "KILN_KV_CACHE_MEMORY", visible_alias = "kv-cache-memory-bytes")]
     pub kv_cache_memory: String,
-    /// How K and V are stored: auto (float32), bfloat16, float16 (half the memory) or float32.
+    /// How K and V are stored: auto (float16), bfloat16, float16 (half of float32's memory) or float32.
     #[arg(long, env = "KILN_KV_CACHE_DTYPE", value_enum)]
     pub kv_cache_dtype: KvCacheDtype,
     /// Use exactly this many KV blocks per engine (0: derive from --kv-cache-memory).

@@ -241,6 +241,23 @@ fn windowed_plan(full: &SpanPlan, window: usize) -> SpanPlan {
     plan
 }
 
+impl<B: KvCacheOps> Step<'_, B> {
+    /// Whether plan entry `(s, _, _, positions)` reads only positions this step computes
+    /// (a prompt's first chunk, or a window inside it), and so can read them from the
+    /// step's own K/V rows instead of the cache.
+    fn reads_only_new_rows(&self, s: usize, positions: &Range<usize>) -> bool {
+        let (_, _, len, context) = &self.full[s];
+        positions.start >= context.end - len
+    }
+
+    /// The step rows holding `positions` of sequence `s`, in the order the cache slots would.
+    fn new_rows(&self, s: usize, positions: &Range<usize>) -> Vec<i64> {
+        let (_, first_row, len, context) = &self.full[s];
+        let first_new = context.end - len;
+        positions.clone().map(|p| (first_row + p - first_new) as i64).collect()
+    }
+}
+
 impl<B: KvCacheOps> StepAttention<B> for Step<'_, B> {
     fn attention(
         &self,
@@ -252,17 +269,43 @@ impl<B: KvCacheOps> StepAttention<B> for Step<'_, B> {
         cache: &mut PagedKvCache<B>,
     ) -> Tensor<B, 2> {
         let c = &self.model.config;
+        // A cache narrower than f32 rounds what it stores. Positions computed in this step are
+        // read from the step's own rows instead, as they were computed (as vLLM's prefill
+        // attends over the fresh K/V): a prompt's first chunk, and so its first-step logits,
+        // then match an f32 cache exactly; only later steps read rounded values.
+        let unrounded = (cache.dtype() != burn::tensor::DType::F32).then(|| (k.clone(), v.clone()));
         cache.write(index, &self.write_runs, k, v);
         let (set, plan) = match (window, &self.windowed) {
             (Some(_), Some(windowed)) => (1, windowed),
             _ => (0, &self.full),
         };
+        let from_step: Vec<bool> = plan
+            .iter()
+            .map(|(s, _, _, positions)| unrounded.is_some() && self.reads_only_new_rows(*s, positions))
+            .collect();
+        let step_rows: Vec<Vec<i64>> = plan
+            .iter()
+            .zip(&from_step)
+            .map(|((s, _, _, positions), &fresh)| {
+                if fresh {
+                    self.new_rows(*s, positions)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
         let spans: Vec<SequenceSpan> = plan
             .iter()
-            .map(|(s, row, len, slots)| SequenceSpan {
+            .zip(&step_rows)
+            .zip(&from_step)
+            .map(|(((s, row, len, positions), rows), &fresh)| SequenceSpan {
                 first_row: *row,
                 len: *len,
-                slots: &self.slots[*s][slots.clone()],
+                slots: if fresh {
+                    rows
+                } else {
+                    &self.slots[*s][positions.clone()]
+                },
             })
             .collect();
         let shape = HeadShape {
@@ -270,7 +313,7 @@ impl<B: KvCacheOps> StepAttention<B> for Step<'_, B> {
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
         };
-        if let Some(attn) = cache.attention(index, q.clone(), &spans, shape) {
+        if let Some(attn) = self.kernel_attention(index, &q, &spans, &from_step, unrounded.as_ref(), cache, shape) {
             return attn;
         }
         // The portable path: each span's context gathered into new tensors.
@@ -281,8 +324,12 @@ impl<B: KvCacheOps> StepAttention<B> for Step<'_, B> {
         let outputs: Vec<Tensor<B, 2>> = spans
             .iter()
             .zip(slot_tensors)
-            .map(|(span, slots)| {
-                let (k_ctx, v_ctx) = cache.gather(index, slots.clone());
+            .zip(&from_step)
+            .map(|((span, slots), &fresh)| {
+                let (k_ctx, v_ctx) = match (&unrounded, fresh) {
+                    (Some((k, v)), true) => (k.clone().select(0, slots.clone()), v.clone().select(0, slots.clone())),
+                    _ => cache.gather(index, slots.clone()),
+                };
                 causal_gqa(
                     q.clone().narrow(0, span.first_row, span.len),
                     k_ctx,
@@ -296,6 +343,50 @@ impl<B: KvCacheOps> StepAttention<B> for Step<'_, B> {
         } else {
             Tensor::cat(outputs, 0)
         }
+    }
+}
+
+impl<B: KvCacheOps> Step<'_, B> {
+    /// Attention through the backend's paged kernel: the spans that read the cache over the
+    /// cache, those that read only this step's rows over those rows; `None` where the backend
+    /// has no such kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn kernel_attention(
+        &self,
+        index: usize,
+        q: &Tensor<B, 2>,
+        spans: &[SequenceSpan],
+        from_step: &[bool],
+        unrounded: Option<&(Tensor<B, 2>, Tensor<B, 2>)>,
+        cache: &PagedKvCache<B>,
+        shape: HeadShape,
+    ) -> Option<Tensor<B, 2>> {
+        let Some((k, v)) = unrounded.filter(|_| from_step.iter().any(|&f| f)) else {
+            return cache.attention(index, q.clone(), spans, shape);
+        };
+        let pick = |fresh: bool| -> Vec<SequenceSpan> {
+            spans
+                .iter()
+                .zip(from_step)
+                .filter(|(_, f)| **f == fresh)
+                .map(|(span, _)| span.clone())
+                .collect()
+        };
+        // Each call leaves the rows of the other's spans zero, so the sum is the whole.
+        let fresh_spans = pick(true);
+        let fresh = match B::paged_attention(q.clone(), k, v, &fresh_spans, shape) {
+            Some(fresh) => fresh,
+            // The kernel reads whole buffers; the rows may be a view into a fused projection.
+            None => {
+                let whole = |t: &Tensor<B, 2>| Tensor::from_data(t.clone().into_data(), &t.device());
+                B::paged_attention(q.clone(), &whole(k), &whole(v), &fresh_spans, shape)?
+            }
+        };
+        let cached = pick(false);
+        if cached.is_empty() {
+            return Some(fresh);
+        }
+        Some(fresh + cache.attention(index, q.clone(), &cached, shape)?)
     }
 }
 

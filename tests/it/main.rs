@@ -28,6 +28,7 @@ mod gemma3_270m;
 mod grafana_dashboard;
 mod hostile_input;
 mod int8_accuracy;
+mod kv_cache_dtype;
 mod kv_events;
 mod log_injection;
 mod lora;

@@ -93,12 +93,15 @@ fn the_same_memory_holds_twice_the_tokens_at_16_bits() {
         )
     };
     let (f16_blocks, f16_name) = blocks(&start(KvCacheDtype::Float16));
-    let (f32_blocks, f32_name) = blocks(&start(KvCacheDtype::Auto));
+    let (f32_blocks, f32_name) = blocks(&start(KvCacheDtype::Float32));
     let (bf16_blocks, bf16_name) = blocks(&start(KvCacheDtype::Bfloat16));
+    let (auto_blocks, auto_name) = blocks(&start(KvCacheDtype::Auto));
     assert_eq!(
-        (f16_name, f32_name, bf16_name),
-        (json!("float16"), json!("float32"), json!("bfloat16"))
+        (f16_name, f32_name, bf16_name, auto_name),
+        (json!("float16"), json!("float32"), json!("bfloat16"), json!("float16")),
+        "auto is float16"
     );
+    assert_eq!(auto_blocks, f16_blocks);
     assert!(f32_blocks > 0);
     assert!(
         f16_blocks >= 2 * f32_blocks && f16_blocks <= 2 * f32_blocks + 1,

@@ -125,8 +125,11 @@ fn first_step_logits_match_the_reference_top10() {
 }
 
 /// Each case's first-step logits at the reference's top ten tokens, within `tolerance`.
+/// Every case is computed from its own tokens: with the prefix cache on, a case sharing a
+/// chat template's opening with an earlier one would read that prefix from the 16-bit cache,
+/// rounded (docs/02), and this test is about the model's arithmetic.
 pub fn first_logits_match_top10(model: &Path, cases: &[Value], tolerance: f32) {
-    let (mut scheduler, mut runner) = direct_engine(model, |_| {}).expect("engine");
+    let (mut scheduler, mut runner) = direct_engine(model, |c| c.engine.enable_prefix_caching = false).expect("engine");
     for case in cases {
         let name = case["name"].as_str().expect("name");
         scheduler
