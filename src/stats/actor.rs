@@ -78,7 +78,8 @@ impl Default for StatsActorConfig {
 pub struct StatsActor {
     /// `None` when telemetry is disabled: nothing is recorded.
     instruments: Option<Arc<Instruments>>,
-    /// The push side's own copy (exponential OTLP histograms), recorded alike.
+    /// The push side's own copy (exponential OTLP histograms, recorded in the SDK), recorded
+    /// alike.
     push: Option<Arc<Instruments>>,
     /// One per engine, so each engine's throughput gauges are its own.
     throughput: Vec<ThroughputLog>,

@@ -1,15 +1,17 @@
 //! The one builder every instrument goes through: its name from the family table (with the
 //! engine prefix for engine families, by [`engine_metric_name`]), its unit and description from
 //! the spec, its bucket bounds from the configured lists. No instrument is built by hand.
+//! Counters and gauges are SDK instruments; histograms are recorded in the
+//! [`HistogramStore`] (the one record `/metrics` reads; see its module doc for why).
 
 use std::sync::Arc;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+use opentelemetry::metrics::{Counter, Gauge, Meter, UpDownCounter};
 
 use super::buckets::HistogramBuckets;
 use super::family::{HistogramSpec, Spec, engine_metric_name};
-use super::histogram_store::{ExemplarHistogram, HistogramStore, LatencyHistogram};
+use super::histogram_store::{ExemplarHistogram, Histogram, HistogramStore, LatencyHistogram, Observed};
 
 /// What the instruments depend on besides the meter.
 #[derive(Debug, Clone)]
@@ -21,6 +23,9 @@ pub struct InstrumentsConfig<'a> {
     pub mfu_metrics: bool,
     /// Engines (`--data-parallel-size`): each engine family has a series per engine.
     pub engines: usize,
+    /// The OTLP push side's copy of the instruments: its histograms are SDK instruments (the
+    /// push readers export only what the SDK recorded), its store records nothing.
+    pub sdk_histograms: bool,
 }
 
 /// Builds instruments named under one prefix: the engine prefix, or none ([`Self::unprefixed`])
@@ -30,18 +35,20 @@ pub struct InstrumentBuilder<'a> {
     meter: &'a Meter,
     cfg: &'a InstrumentsConfig<'a>,
     prefix: &'a str,
-    /// Where each histogram declares its series with each of these label sets (one per
-    /// engine), exposed at zero from start (`initial_series`); `None` for families whose
-    /// labels come with traffic.
-    initial: Option<(&'a HistogramStore, &'a [[KeyValue; 2]])>,
+    /// Where every histogram is recorded.
+    store: &'a Arc<HistogramStore>,
+    /// The label sets (one per engine) each histogram declares its series with, exposed at
+    /// zero from start; `None` for families whose labels come with traffic.
+    initial: Option<&'a [[KeyValue; 2]]>,
 }
 
 impl<'a> InstrumentBuilder<'a> {
-    pub fn new(meter: &'a Meter, cfg: &'a InstrumentsConfig<'a>) -> Self {
+    pub fn new(meter: &'a Meter, cfg: &'a InstrumentsConfig<'a>, store: &'a Arc<HistogramStore>) -> Self {
         Self {
             meter,
             cfg,
             prefix: cfg.engine_prefix,
+            store,
             initial: None,
         }
     }
@@ -52,9 +59,10 @@ impl<'a> InstrumentBuilder<'a> {
     }
 
     /// The same builder, its histograms' series with each of `labels` exposed from start at zero.
-    pub fn with_initial_series(self, store: &'a HistogramStore, labels: &'a [[KeyValue; 2]]) -> Self {
+    pub fn with_initial_series(self, store: &'a Arc<HistogramStore>, labels: &'a [[KeyValue; 2]]) -> Self {
         Self {
-            initial: Some((store, labels)),
+            store,
+            initial: Some(labels),
             ..self
         }
     }
@@ -62,16 +70,6 @@ impl<'a> InstrumentBuilder<'a> {
     /// The same builder for families whose labels come with traffic: nothing from start.
     pub fn without_initial_series(self) -> Self {
         Self { initial: None, ..self }
-    }
-
-    /// Declares the series a new histogram exposes from start, if this builder has one.
-    fn declare(&self, s: &Spec, bounds: &[f64], native: bool) {
-        if let Some((store, label_sets)) = self.initial {
-            let series = ExemplarHistogram::new(&self.name(s), s.unit, bounds.to_vec());
-            for labels in label_sets {
-                store.declare(&series, s.description, labels, native);
-            }
-        }
     }
 
     pub fn config(&self) -> &'a InstrumentsConfig<'a> {
@@ -118,37 +116,41 @@ impl<'a> InstrumentBuilder<'a> {
 
     /// A histogram over fixed bounds (families whose buckets are not configurable).
     pub fn histogram_f64_with(&self, s: Spec, bounds: &[f64]) -> Histogram<f64> {
-        self.declare(&s, bounds, false);
-        self.raw_histogram_f64(s, bounds)
-    }
-
-    fn raw_histogram_f64(&self, s: Spec, bounds: &[f64]) -> Histogram<f64> {
-        let b = self.meter.f64_histogram(self.name(&s));
-        b.with_unit(s.unit)
-            .with_description(s.description)
-            .with_boundaries(bounds.to_vec())
-            .build()
+        self.histogram(s, bounds, false)
     }
 
     pub fn histogram_u64_with(&self, s: Spec, bounds: &[f64]) -> Histogram<u64> {
-        self.declare(&s, bounds, false);
-        let b = self.meter.u64_histogram(self.name(&s));
-        b.with_unit(s.unit)
-            .with_description(s.description)
-            .with_boundaries(bounds.to_vec())
-            .build()
+        self.histogram(s, bounds, false)
     }
 
     /// A latency histogram over its family's configured buckets, with native buckets and
-    /// exemplars kept in `store`.
+    /// exemplars; `store` is the builder's own (kept in the signature for the callers).
     pub fn latency_histogram(&self, h: HistogramSpec, store: &Arc<HistogramStore>) -> LatencyHistogram {
         self.latency_histogram_with(h.spec, &self.cfg.buckets.bounds(h.buckets), store)
     }
 
-    /// A latency histogram over fixed bounds, with native buckets and exemplars in `store`.
+    /// A latency histogram over fixed bounds, with native buckets and exemplars.
     pub fn latency_histogram_with(&self, s: Spec, bounds: &[f64], store: &Arc<HistogramStore>) -> LatencyHistogram {
-        self.declare(&s, bounds, true);
-        let series = ExemplarHistogram::new(&self.name(&s), s.unit, bounds.to_vec());
-        LatencyHistogram::new(self.raw_histogram_f64(s, bounds), series, store.clone())
+        debug_assert!(Arc::ptr_eq(store, self.store), "one store per set of instruments");
+        LatencyHistogram::new(self.histogram(s, bounds, true))
+    }
+
+    /// The one place a histogram is built: its family in the store, its series declared at
+    /// zero where this builder knows their labels, and (push copy only) its SDK instrument.
+    fn histogram<T: Observed>(&self, s: Spec, bounds: &[f64], native: bool) -> Histogram<T> {
+        let name = self.name(&s);
+        let family = ExemplarHistogram::described(&name, s.unit, s.description, bounds.to_vec(), native);
+        for labels in self.initial.unwrap_or_default() {
+            self.store.declare(&family, labels);
+        }
+        let sdk = self.cfg.sdk_histograms.then(|| {
+            self.meter
+                .f64_histogram(name)
+                .with_unit(s.unit)
+                .with_description(s.description)
+                .with_boundaries(bounds.to_vec())
+                .build()
+        });
+        Histogram::new(family, self.store.clone(), sdk)
     }
 }

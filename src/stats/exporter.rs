@@ -1,8 +1,11 @@
-//! Wires the OpenTelemetry SDK to Prometheus: one `SdkMeterProvider`, read on demand by the
-//! `opentelemetry-prometheus` collector living in a `prometheus::Registry` (plus the
-//! process collector), rendered by `render_metrics` for `GET /metrics`. Push readers (OTLP)
-//! join the same provider through `build_telemetry_with_readers`, so both paths see the
-//! same instruments.
+//! Wires the telemetry to Prometheus: one `SdkMeterProvider` (counters and gauges), read on
+//! demand by the `opentelemetry-prometheus` collector, and the `HistogramStore` (every
+//! histogram) as a collector of its own, both in one `prometheus::Registry` (plus the process
+//! collector), rendered by `render_metrics` for `GET /metrics`. Push readers (OTLP) join
+//! through `build_telemetry_with_readers`: explicit-bucket push shares the provider, and its
+//! histograms are then SDK instruments too (the push reader exports only what the SDK
+//! recorded), left out of `/metrics`, which reads the store; exponential push gets a provider
+//! and a copy of the instruments of its own (`push_histograms`).
 
 use std::sync::Arc;
 
@@ -19,7 +22,7 @@ use super::boxed_reader::BoxedReader;
 use super::buckets::{BucketError, HistogramBuckets};
 use super::builder::InstrumentsConfig;
 use super::exposition::{ExpositionFormat, encode};
-use super::histogram_store::{HistogramSnapshot, HistogramStore};
+use super::histogram_store::{HistogramSnapshot, HistogramStore, StoreCollector};
 use super::instruments::Instruments;
 use super::push_histograms::{HistogramAggregation, PushTelemetry, exponential_view};
 use super::service_resource::service_resource;
@@ -128,8 +131,7 @@ pub struct Telemetry {
     pub provider: Option<SdkMeterProvider>,
     pub instruments: Option<Arc<Instruments>>,
     pub exemplars: Arc<HistogramStore>,
-    /// Push readers on a provider of their own (exponential histograms); else they share
-    /// `provider`.
+    /// Push readers on a provider of their own, with their own instruments.
     pub push: Option<PushTelemetry>,
 }
 
@@ -148,7 +150,7 @@ impl Telemetry {
         self.provider.iter().chain(self.push.as_ref().map(|p| &p.provider))
     }
 
-    /// The push side's own instruments, when it has a provider of its own.
+    /// The push side's own instruments, when push is on.
     pub fn push_instruments(&self) -> Option<Arc<Instruments>> {
         self.push.as_ref().map(|p| Arc::clone(&p.instruments))
     }
@@ -159,8 +161,9 @@ pub fn build_telemetry(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryErro
     build_telemetry_with_readers(cfg, Vec::new())
 }
 
-/// Builds the provider with the Prometheus reader plus `push_readers` — the place for the
-/// OTLP `PeriodicReader` (`Box::new(PeriodicReader::builder(otlp_exporter).build())`).
+/// Builds the provider with the Prometheus reader, the histogram store's collector, and the
+/// push provider with `push_readers` — the place for the OTLP `PeriodicReader`
+/// (`Box::new(PeriodicReader::builder(otlp_exporter).build())`).
 pub fn build_telemetry_with_readers(
     cfg: &TelemetryConfig,
     push_readers: Vec<Box<dyn MetricReader>>,
@@ -177,8 +180,11 @@ pub fn build_telemetry_with_readers(
     }
     validate(cfg)?;
 
+    // The SDK's families reach `/metrics` through `SdkWithoutHistograms`: its histograms (the
+    // explicit push's) are the store's to expose.
+    let sdk_registry = Registry::new();
     let prometheus_reader = opentelemetry_prometheus::exporter()
-        .with_registry(registry.clone())
+        .with_registry(sdk_registry.clone())
         // No otel_scope_* labels on every series: one meter, nothing to tell apart.
         .scope_info_enabled(false)
         .build()
@@ -186,12 +192,15 @@ pub fn build_telemetry_with_readers(
     #[cfg(target_os = "linux")]
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
 
+    registry.register(Box::new(SdkWithoutHistograms::new(sdk_registry)))?;
+
     let exponential = cfg.push_histograms == HistogramAggregation::Exponential && !push_readers.is_empty();
     let (shared_readers, push) = if exponential {
         (Vec::new(), Some(push_provider(cfg, push_readers)))
     } else {
         (push_readers, None)
     };
+    let sdk_histograms = !shared_readers.is_empty();
     let mut builder = SdkMeterProvider::builder()
         .with_resource(resource(cfg))
         .with_reader(prometheus_reader);
@@ -199,7 +208,8 @@ pub fn build_telemetry_with_readers(
         builder = builder.with_reader(BoxedReader(reader));
     }
     let provider = builder.build();
-    let instruments = instruments_on(&provider, cfg);
+    let instruments = instruments_on(&provider, cfg, sdk_histograms);
+    registry.register(Box::new(StoreCollector::new(instruments.exemplar_store.clone())))?;
     Ok(Telemetry {
         registry,
         provider: Some(provider),
@@ -210,7 +220,7 @@ pub fn build_telemetry_with_readers(
 }
 
 /// The push readers on a provider of their own whose histograms are exponential (see
-/// `push_histograms`), with their own instruments.
+/// `push_histograms`), with their own instruments, whose histograms are SDK instruments.
 fn push_provider(cfg: &TelemetryConfig, readers: Vec<Box<dyn MetricReader>>) -> PushTelemetry {
     let mut builder = SdkMeterProvider::builder()
         .with_resource(resource(cfg))
@@ -219,9 +229,8 @@ fn push_provider(cfg: &TelemetryConfig, readers: Vec<Box<dyn MetricReader>>) -> 
         builder = builder.with_reader(BoxedReader(reader));
     }
     let provider = builder.build();
-    let instruments = instruments_on(&provider, cfg);
-    // `/metrics` reads the main set's store; this copy's native buckets and exemplars would
-    // be a record nobody reads.
+    let instruments = instruments_on(&provider, cfg, true);
+    // `/metrics` reads the main set's store; this copy records its histograms in the SDK.
     instruments.exemplar_store.stop_recording();
     PushTelemetry {
         provider,
@@ -229,8 +238,41 @@ fn push_provider(cfg: &TelemetryConfig, readers: Vec<Box<dyn MetricReader>>) -> 
     }
 }
 
-/// The instruments on `provider`'s meter, every series created at its start value.
-fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig) -> Instruments {
+/// The SDK's families as its Prometheus exporter writes them, less the histograms: with
+/// explicit push on, the SDK records them for the push reader only.
+struct SdkWithoutHistograms {
+    sdk: Registry,
+    desc: prometheus::core::Desc,
+}
+
+impl SdkWithoutHistograms {
+    fn new(sdk: Registry) -> Self {
+        let desc = prometheus::core::Desc::new(
+            "kiln_sdk_instruments".to_owned(),
+            "The OpenTelemetry SDK's counters and gauges.".to_owned(),
+            Vec::new(),
+            Default::default(),
+        )
+        .expect("a valid constant name");
+        Self { sdk, desc }
+    }
+}
+
+impl prometheus::core::Collector for SdkWithoutHistograms {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families = self.sdk.gather();
+        families.retain(|f| f.get_field_type() != prometheus::proto::MetricType::HISTOGRAM);
+        families
+    }
+}
+
+/// The instruments on `provider`'s meter, every series created at its start value; their
+/// histograms SDK instruments too where a push reader shares `provider`.
+fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig, sdk_histograms: bool) -> Instruments {
     let meter = provider.meter(METER_NAME);
     let instruments = Instruments::new(
         &meter,
@@ -241,6 +283,7 @@ fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig) -> Instrum
             kv_cache_metrics: cfg.kv_cache_metrics,
             mfu_metrics: cfg.mfu_metrics,
             engines: cfg.engines,
+            sdk_histograms,
         },
     );
     for engine in &instruments.engines {
@@ -601,5 +644,47 @@ mod tests {
             .collect();
         assert!(names.iter().any(|n| n == "vllm:num_requests_running"), "{names:?}");
         t.shutdown().unwrap();
+    }
+
+    /// With explicit push sharing the provider, the SDK records the histograms for the push
+    /// reader, and `/metrics` still shows each histogram once, from the store.
+    #[test]
+    fn a_shared_push_reader_gets_sdk_histograms_and_metrics_shows_the_stores_once() {
+        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+        let shared = BoxedReader(Arc::new(ManualReader::builder().build()));
+        let t = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
+        let (s, i) = busy_step();
+        t.instruments.as_ref().unwrap().record_step_for_test(&s, &i);
+        let text = render_metrics(&t.registry).unwrap();
+        for name in HISTOGRAMS {
+            let header = format!("# TYPE vllm:{name} histogram\n");
+            assert_eq!(text.matches(&header).count(), 1, "{header}");
+        }
+        let count = "vllm:time_to_first_token_seconds_count";
+        assert_eq!(value(&text, count, &[("engine", "0")]), Some(1.0));
+        let mut rm = ResourceMetrics::default();
+        shared.collect(&mut rm).unwrap();
+        let ttft = rm
+            .scope_metrics()
+            .flat_map(|s| s.metrics())
+            .find(|m| m.name() == "vllm:time_to_first_token")
+            .expect("the push reader sees the SDK histogram");
+        let AggregatedMetrics::F64(MetricData::Histogram(h)) = ttft.data() else {
+            panic!("not an f64 histogram");
+        };
+        assert_eq!(h.data_points().map(|p| p.count()).sum::<u64>(), 1);
+        t.shutdown().unwrap();
+    }
+
+    #[test]
+    fn without_push_a_histogram_is_recorded_in_the_store_only() {
+        let t = build_telemetry(&config("vllm:")).unwrap();
+        let engine = &t.instruments.as_ref().unwrap().engine;
+        assert!(!engine.time_to_first_token.in_sdk());
+        assert!(!engine.request_prompt_tokens.in_sdk());
+        let shared = BoxedReader(Arc::new(ManualReader::builder().build()));
+        let pushed = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared)]).unwrap();
+        assert!(pushed.instruments.as_ref().unwrap().engine.time_to_first_token.in_sdk());
+        pushed.shutdown().unwrap();
     }
 }

@@ -3,10 +3,11 @@
 //! `--enable-mfu-metrics` (estimated FLOPs and bytes per step; "per GPU" is per engine).
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::Counter;
 
 use super::builder::InstrumentBuilder;
 use super::data::{IterationStats, SchedulerStats};
+use super::histogram_store::Histogram;
 
 use super::family::flagged as specs;
 

@@ -1,12 +1,13 @@
-//! What the Prometheus exporter does not keep for a latency histogram's series, kept beside it:
-//! the latest exemplar of each bucket, and the series' native (sparse exponential) buckets.
-//! The OpenTelemetry SDK (0.33) records no exemplars and the `prometheus` crate knows no native
-//! histograms, so the stats actor records every observation here too ([`LatencyHistogram`]),
-//! and `/metrics` reads a snapshot: exemplars in OpenMetrics and protobuf, native buckets in
-//! protobuf.
+//! The one record of every histogram kiln exposes: per series, its classic bucket counts, sum
+//! and count, and for a latency histogram its native (sparse exponential) buckets and the
+//! latest exemplar of each classic bucket. The store is a `Collector` in the
+//! `prometheus::Registry` ([`collector`]), so the text, OpenMetrics and protobuf expositions
+//! read the classic histograms from it, and `/metrics` reads a snapshot of the rest: exemplars
+//! in OpenMetrics and protobuf, native buckets in protobuf. Series declared at start are store
+//! series at zero, exposed before their first observation (vLLM registers them at start).
 //!
-//! Why this is a second record and not the only one (docs/09, "One record per fact"): the SDK
-//! cannot carry what this store keeps, and cannot take a histogram aggregated outside it.
+//! Why not the OpenTelemetry SDK's histogram (docs/09, "One record per fact"): it cannot carry
+//! what this store keeps, and cannot take a histogram aggregated outside it.
 //! - Exemplars: its aggregators always export `exemplars: vec![]` (no reservoir in 0.33).
 //! - Native buckets at kiln's schema: its `Base2ExponentialHistogram` aggregation is chosen per
 //!   meter provider (views), not per reader, and `opentelemetry-prometheus` drops exponential
@@ -14,28 +15,31 @@
 //! - Feeding it: 0.33 has no public `MetricProducer` (its `SdkProducer` is crate-private), no
 //!   observable histogram, and its data points (`HistogramDataPoint`, `ResourceMetrics`) have
 //!   crate-private fields and no constructors; the OTLP reader exports only what SDK
-//!   instruments recorded. Making this store the one record needs kiln's own OTLP encoding.
+//!   instruments recorded.
 //! - Every reader of a provider aggregates separately: one `record` on an instrument with the
 //!   Prometheus and an OTLP reader updates two aggregators.
 //!
-//! Custom bucket bounds are no limit: `with_boundaries` carries them per instrument.
+//! So histograms are not SDK instruments here; counters and gauges are. With OTLP push on,
+//! the push side's copy of the instruments still records its histograms in the SDK
+//! ([`Histogram`] with an SDK instrument, its store stopped); `/metrics` never reads those.
 //!
 //! Recording finds a series by hashing the attributes as given (no allocation, no string
-//! building); the exposed key is built once per series. Memory is fixed by label cardinality: per series, one exemplar slot per bucket
-//! (overwritten by the next traced observation in it) and at most
+//! building); the exposed key is built once per series. Memory is fixed by label cardinality:
+//! per series, a count per classic bucket, one exemplar slot per bucket (overwritten by the
+//! next traced observation in it) and at most
 //! [`MAX_BUCKETS`](super::native_buckets::MAX_BUCKETS) native buckets.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::metrics::Histogram;
+use opentelemetry::metrics::Histogram as SdkHistogram;
 use opentelemetry::{KeyValue, Value};
 use prometheus::proto::LabelPair;
 
-use super::initial_series::InitialSeries;
 use super::native_buckets::NativeBuckets;
 use crate::engine::trace_context::TraceContext;
 
@@ -48,18 +52,27 @@ pub struct Exemplar {
     pub timestamp_s: f64,
 }
 
-/// A latency histogram as the store knows it: its exposed family name and its bucket bounds.
+/// A histogram family as the store knows it: its exposed name, help, bucket bounds, and
+/// whether it is a latency histogram (native buckets and exemplars beside the classic ones).
 #[derive(Debug, Clone)]
 pub struct ExemplarHistogram {
     family: Arc<str>,
+    help: Arc<str>,
     bounds: Arc<[f64]>,
+    native: bool,
 }
 
 impl ExemplarHistogram {
-    /// `name` and `unit` as the instrument declares them; the family is named as the
-    /// Prometheus exporter exposes it (invalid characters become `_`, unit `s` adds
-    /// `_seconds`, `By` adds `_bytes`), so `/metrics` finds the series by the name it writes.
+    /// `name` and `unit` as the family table declares them; the family is named as the
+    /// OpenTelemetry Prometheus exporter named it (invalid characters become `_`, unit `s`
+    /// adds `_seconds`, `By` adds `_bytes`, `{annotations}` add nothing), so every exposed
+    /// name stays what it was. A latency histogram, no help.
     pub fn new(name: &str, unit: &str, bounds: Vec<f64>) -> Self {
+        Self::described(name, unit, "", bounds, true)
+    }
+
+    /// [`Self::new`] with its help text, native (a latency histogram) or classic only.
+    pub fn described(name: &str, unit: &str, help: &str, bounds: Vec<f64>, native: bool) -> Self {
         let mut family = sanitize(name, true);
         match unit {
             "s" => family.push_str("_seconds"),
@@ -68,12 +81,37 @@ impl ExemplarHistogram {
         }
         Self {
             family: family.into(),
+            help: help.into(),
             bounds: bounds.into(),
+            native,
         }
     }
 
     pub fn family(&self) -> &str {
         &self.family
+    }
+}
+
+/// A series' classic buckets: a count per bound plus `+Inf` (not cumulative), sum and count.
+#[derive(Debug, Clone, Default)]
+pub struct ClassicBuckets {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl ClassicBuckets {
+    /// Observations per bucket, the last one `+Inf` (not cumulative).
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
     }
 }
 
@@ -104,6 +142,7 @@ impl SeriesExemplars {
 /// Everything kept for one series.
 #[derive(Debug, Clone)]
 pub struct SeriesState {
+    pub classic: ClassicBuckets,
     pub exemplars: SeriesExemplars,
     pub native: NativeBuckets,
 }
@@ -111,7 +150,8 @@ pub struct SeriesState {
 /// Label pairs as exposed (names sanitized), sorted by name: a series' identity.
 type LabelKey = Vec<(String, String)>;
 
-/// A copy of every series' state, read by the encoders without holding the store's lock.
+/// A copy of every latency series' state, read by the encoders without holding the store's
+/// lock (the classic-only families reach them through the gather).
 #[derive(Debug, Clone, Default)]
 pub struct HistogramSnapshot {
     families: HashMap<Arc<str>, HashMap<LabelKey, SeriesState>>,
@@ -138,7 +178,7 @@ impl HistogramSnapshot {
 /// One series: its family, its exposed key and its state.
 #[derive(Debug)]
 struct RecordedSeries {
-    family: Arc<str>,
+    histogram: ExemplarHistogram,
     key: LabelKey,
     state: SeriesState,
 }
@@ -162,14 +202,12 @@ struct Inner {
     index: HashMap<u64, Vec<Alias>>,
 }
 
-/// Shared between the stats actor (writes) and `/metrics` (snapshots).
+/// Shared between the stats actor (writes) and `/metrics` (gathers and snapshots).
 #[derive(Debug)]
 pub struct HistogramStore {
     inner: Mutex<Inner>,
-    /// The series exposed at zero before their first observation.
-    initial: InitialSeries,
-    /// Off for a store nobody reads (the exponential push side's instruments, whose native
-    /// buckets and exemplars `/metrics` never shows): recording into it does nothing.
+    /// Off for a store nobody reads (the push side's copy of the instruments, which records
+    /// in the SDK): recording into it does nothing.
     recording: AtomicBool,
 }
 
@@ -177,25 +215,16 @@ impl Default for HistogramStore {
     fn default() -> Self {
         Self {
             inner: Mutex::default(),
-            initial: InitialSeries::default(),
             recording: AtomicBool::new(true),
         }
     }
 }
 
 impl HistogramStore {
-    /// Declares `histogram`'s series with `labels`, exposed with zero counts from now on;
-    /// a `native` one (a latency histogram) is a native histogram from the start too.
-    pub fn declare(&self, histogram: &ExemplarHistogram, help: &str, labels: &[KeyValue], native: bool) {
-        self.initial.declare(&histogram.family, help, &histogram.bounds, labels);
-        if native {
-            self.series_mut(histogram, labels, |_| ());
-        }
-    }
-
-    /// The declared series, for `/metrics` to add the ones not observed yet.
-    pub fn initial_series(&self) -> &InitialSeries {
-        &self.initial
+    /// Declares `histogram`'s series with `labels`, exposed with zero counts from now on
+    /// (a latency histogram as a native histogram too).
+    pub fn declare(&self, histogram: &ExemplarHistogram, labels: &[KeyValue]) {
+        self.series_mut(histogram, labels, |_| ());
     }
 
     /// Makes every later `record` a no-op: for a store no reader snapshots.
@@ -223,12 +252,16 @@ impl HistogramStore {
                 key.sort();
                 let existing = series
                     .iter()
-                    .position(|s| *s.family == *histogram.family && s.key == key);
+                    .position(|s| *s.histogram.family == *histogram.family && s.key == key);
                 let slot = existing.unwrap_or_else(|| {
                     series.push(RecordedSeries {
-                        family: histogram.family.clone(),
+                        histogram: histogram.clone(),
                         key,
                         state: SeriesState {
+                            classic: ClassicBuckets {
+                                counts: vec![0; histogram.bounds.len() + 1],
+                                ..ClassicBuckets::default()
+                            },
                             exemplars: SeriesExemplars {
                                 bounds: histogram.bounds.clone(),
                                 slots: vec![None; histogram.bounds.len() + 1],
@@ -249,23 +282,31 @@ impl HistogramStore {
         f(&mut series[slot].state);
     }
 
-    /// Adds `value` to the native buckets of `histogram`'s series with `labels` (the
-    /// attributes the observation was recorded with) and, for a traced observation, makes it
-    /// the exemplar of its classic bucket.
+    /// Adds `value` to the classic buckets of `histogram`'s series with `labels` (the
+    /// attributes the observation was recorded with), and for a latency histogram to its
+    /// native buckets and, for a traced observation, as the exemplar of its classic bucket.
     pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: Option<TraceContext>) {
-        if !self.recording.load(Ordering::Relaxed) {
+        if !self.recording.load(Ordering::Relaxed) || value.is_nan() {
             return;
         }
-        self.series_mut(histogram, labels, |series| Self::observe(series, value, trace));
+        let native = histogram.native;
+        self.series_mut(histogram, labels, |series| Self::observe(series, value, native, trace));
     }
 
-    fn observe(series: &mut SeriesState, value: f64, trace: Option<TraceContext>) {
+    fn observe(series: &mut SeriesState, value: f64, native: bool, trace: Option<TraceContext>) {
+        let bucket = series.exemplars.bucket_of(value);
+        let classic = &mut series.classic;
+        classic.counts[bucket] += 1;
+        classic.sum += value;
+        classic.count += 1;
+        if !native {
+            return;
+        }
         series.native.observe(value);
         if let Some(trace) = trace {
             let timestamp_s = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64());
-            let bucket = series.exemplars.bucket_of(value);
             series.exemplars.slots[bucket] = Some(Exemplar {
                 trace,
                 value,
@@ -274,14 +315,14 @@ impl HistogramStore {
         }
     }
 
-    /// A consistent copy for one `/metrics` answer.
+    /// A consistent copy of the latency series for one `/metrics` answer.
     pub fn snapshot(&self) -> HistogramSnapshot {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let mut snapshot = HistogramSnapshot::default();
-        for s in &inner.series {
+        for s in inner.series.iter().filter(|s| s.histogram.native) {
             snapshot
                 .families
-                .entry(s.family.clone())
+                .entry(s.histogram.family.clone())
                 .or_default()
                 .insert(s.key.clone(), s.state.clone());
         }
@@ -307,27 +348,76 @@ fn series_hash(family: &str, labels: &[KeyValue]) -> u64 {
     h.finish()
 }
 
-/// A latency histogram: one call records the observation in its classic buckets (the SDK),
-/// in its native buckets and, for a traced request, as its bucket's exemplar (the store).
-/// Two records of one fact, because the SDK cannot keep the second's part (module doc).
-pub struct LatencyHistogram {
-    histogram: Histogram<f64>,
-    exemplars: ExemplarHistogram,
-    store: Arc<HistogramStore>,
+/// A value a histogram takes: token counts and byte sizes (`u64`) or seconds (`f64`).
+pub trait Observed: Copy {
+    fn as_f64(self) -> f64;
 }
 
-impl LatencyHistogram {
-    pub fn new(histogram: Histogram<f64>, exemplars: ExemplarHistogram, store: Arc<HistogramStore>) -> Self {
+impl Observed for u64 {
+    fn as_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Observed for f64 {
+    fn as_f64(self) -> f64 {
+        self
+    }
+}
+
+/// A histogram recorded once, in the store (`/metrics` reads it there). The push side's copy
+/// (with OTLP push on) records in an SDK instrument instead, its store stopped.
+pub struct Histogram<T> {
+    family: ExemplarHistogram,
+    store: Arc<HistogramStore>,
+    sdk: Option<SdkHistogram<f64>>,
+    value: PhantomData<fn(T)>,
+}
+
+impl<T: Observed> Histogram<T> {
+    pub fn new(family: ExemplarHistogram, store: Arc<HistogramStore>, sdk: Option<SdkHistogram<f64>>) -> Self {
         Self {
-            histogram,
-            exemplars,
+            family,
             store,
+            sdk,
+            value: PhantomData,
         }
     }
 
+    pub fn record(&self, value: T, labels: &[KeyValue]) {
+        self.record_traced(value.as_f64(), labels, None);
+    }
+
+    /// Whether an SDK instrument records it too (the push side's).
+    #[cfg(test)]
+    pub(crate) fn in_sdk(&self) -> bool {
+        self.sdk.is_some()
+    }
+
+    fn record_traced(&self, value: f64, labels: &[KeyValue], trace: Option<TraceContext>) {
+        if let Some(sdk) = &self.sdk {
+            sdk.record(value, labels);
+        }
+        self.store.record(&self.family, labels, value, trace);
+    }
+}
+
+/// A latency histogram: one call records the observation in its classic and native buckets
+/// and, for a traced request, as its bucket's exemplar.
+pub struct LatencyHistogram(Histogram<f64>);
+
+impl LatencyHistogram {
+    pub fn new(histogram: Histogram<f64>) -> Self {
+        Self(histogram)
+    }
+
     pub fn record(&self, value: f64, labels: &[KeyValue], trace: Option<TraceContext>) {
-        self.histogram.record(value, labels);
-        self.store.record(&self.exemplars, labels, value, trace);
+        self.0.record_traced(value, labels, trace);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn in_sdk(&self) -> bool {
+        self.0.in_sdk()
     }
 }
 
@@ -344,6 +434,9 @@ fn sanitize(name: &str, colons: bool) -> String {
         })
         .collect()
 }
+
+mod collector;
+pub use collector::StoreCollector;
 
 #[cfg(test)]
 mod tests {
@@ -456,5 +549,83 @@ mod tests {
             chat.native.positive_buckets().count() <= 7,
             "one native bucket per distinct value"
         );
+    }
+
+    /// The text `/metrics` writes for `store`, gathered through a registry as `/metrics` does.
+    fn exposed(store: &Arc<HistogramStore>) -> String {
+        use crate::stats::exposition::{ExpositionFormat, encode};
+        let registry = prometheus::Registry::new();
+        registry.register(Box::new(StoreCollector::new(store.clone()))).unwrap();
+        encode(&registry.gather(), ExpositionFormat::PrometheusText, &store.snapshot())
+    }
+
+    #[test]
+    fn a_declared_series_shows_at_zero_until_observed_and_then_only_once() {
+        let store = Arc::new(HistogramStore::default());
+        let e2e = ExemplarHistogram::described("vllm:e2e", "s", "End to end.", vec![0.5, 1.0], true);
+        let labels = [KeyValue::new("model_name", "m"), KeyValue::new("engine", "0")];
+        store.declare(&e2e, &labels);
+        assert_eq!(
+            exposed(&store),
+            "# HELP vllm:e2e_seconds End to end.\n\
+             # TYPE vllm:e2e_seconds histogram\n\
+             vllm:e2e_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"0.5\"} 0\n\
+             vllm:e2e_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"1.0\"} 0\n\
+             vllm:e2e_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"+Inf\"} 0\n\
+             vllm:e2e_seconds_sum{engine=\"0\",model_name=\"m\"} 0\n\
+             vllm:e2e_seconds_count{engine=\"0\",model_name=\"m\"} 0\n"
+        );
+        // Observed in another attribute order: the same series, counted once.
+        store.record(&e2e, &[labels[1].clone(), labels[0].clone()], 0.7, None);
+        store.record(&e2e, &labels, 3.0, None);
+        let text = exposed(&store);
+        assert!(text.contains("vllm:e2e_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"0.5\"} 0\n"));
+        assert!(text.contains("vllm:e2e_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"1.0\"} 1\n"));
+        assert!(text.contains("vllm:e2e_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"+Inf\"} 2\n"));
+        assert!(text.contains("vllm:e2e_seconds_sum{engine=\"0\",model_name=\"m\"} 3.7\n"));
+        assert!(text.contains("vllm:e2e_seconds_count{engine=\"0\",model_name=\"m\"} 2\n"));
+        assert_eq!(text.matches("_count{").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn families_are_sorted_and_a_classic_family_has_no_native_state() {
+        let store = Arc::new(HistogramStore::default());
+        let tokens = ExemplarHistogram::described(
+            "vllm:request_prompt_tokens",
+            "{token}",
+            "Prompt.",
+            vec![1.0, 10.0],
+            false,
+        );
+        let body = ExemplarHistogram::described("http.server.request.body.size", "By", "Body.", vec![], false);
+        let ttft = ExemplarHistogram::described("vllm:ttft", "s", "TTFT.", vec![1.0], true);
+        for engine in ["1", "0"] {
+            store.record(&tokens, &[KeyValue::new("engine", engine)], 5.0, Some(trace(1)));
+        }
+        store.record(&body, &[KeyValue::new("http.route", "/v1")], 120.0, None);
+        store.record(&ttft, &[], 0.5, Some(trace(2)));
+        let text = exposed(&store);
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
+        assert_eq!(
+            types,
+            [
+                "# TYPE http_server_request_body_size_bytes histogram",
+                "# TYPE vllm:request_prompt_tokens histogram",
+                "# TYPE vllm:ttft_seconds histogram",
+            ]
+        );
+        // No bound but +Inf: the encoder writes it from the count.
+        assert!(text.contains("http_server_request_body_size_bytes_bucket{http_route=\"/v1\",le=\"+Inf\"} 1\n"));
+        let engine0 = text.find("vllm:request_prompt_tokens_bucket{engine=\"0\"").unwrap();
+        let engine1 = text.find("vllm:request_prompt_tokens_bucket{engine=\"1\"").unwrap();
+        assert!(engine0 < engine1, "series sorted by label value");
+        let snapshot = store.snapshot();
+        assert!(
+            snapshot
+                .series("vllm:request_prompt_tokens", &[label("engine", "0")])
+                .is_none()
+        );
+        assert_eq!(snapshot.series("vllm:ttft_seconds", &[]).unwrap().native.count(), 1);
+        assert_eq!(snapshot.series_count(), 1, "only latency series carry native state");
     }
 }

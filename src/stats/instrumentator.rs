@@ -12,14 +12,14 @@
 //! `/health`) are not recorded.
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::Counter;
 
 use std::sync::Arc;
 
 use super::builder::InstrumentBuilder;
 use super::data::RecordHttp;
 use super::family::instrumentator as specs;
-use super::histogram_store::{HistogramStore, LatencyHistogram};
+use super::histogram_store::{Histogram, HistogramStore, LatencyHistogram};
 
 /// Handlers vLLM excludes from the instrumentator, plus kiln's readiness probe.
 pub const EXCLUDED_HANDLERS: [&str; 7] = [

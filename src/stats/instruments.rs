@@ -2,13 +2,13 @@
 //! ([`super::family`]) by the one builder ([`super::builder`]).
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram, Meter, UpDownCounter};
+use opentelemetry::metrics::{Counter, Gauge, Meter, UpDownCounter};
 
 use std::sync::Arc;
 
 use super::builder::{InstrumentBuilder, InstrumentsConfig};
 use super::family::{GEN_AI_PROVIDER, engine, gen_ai, http, kiln};
-use super::histogram_store::{HistogramStore, LatencyHistogram};
+use super::histogram_store::{Histogram, HistogramStore, LatencyHistogram};
 use crate::engine::types::{FinishReason, Operation};
 
 /// Engine instruments, built with the configured prefix.
@@ -72,7 +72,7 @@ pub struct Instruments {
     pub(super) instrumentator: super::instrumentator::InstrumentatorInstruments,
     pub(super) flagged: super::flagged::FlaggedInstruments,
     pub(super) structured: super::structured::StructuredOutputInstruments,
-    /// Where the latency histograms keep their exemplars; `/metrics` snapshots it.
+    /// Where every histogram is recorded; `/metrics` gathers and snapshots it.
     pub(super) exemplar_store: Arc<HistogramStore>,
     pub(super) step_duration: super::step_duration::StepDurationInstrument,
     pub(super) token_load: super::token_load::TokenLoadInstruments,
@@ -155,7 +155,7 @@ impl Instruments {
         let model = models[0].clone();
         // Engine and kiln families carry each engine's labels from start; GenAI and HTTP
         // ones get their labels from traffic.
-        let b = InstrumentBuilder::new(meter, cfg).with_initial_series(&exemplar_store, &models);
+        let b = InstrumentBuilder::new(meter, cfg, &exemplar_store).with_initial_series(&exemplar_store, &models);
         let fixed = b.unprefixed();
         let traffic = fixed.without_initial_series();
         use engine as e;

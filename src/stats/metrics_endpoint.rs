@@ -20,11 +20,12 @@ pub enum MetricsFormat {
     Protobuf,
 }
 
-/// The response to `req`: `registry` (and what `histograms` keeps beside it, where the format
-/// carries it: the series exposed from start, native buckets, exemplars) in the negotiated
+/// The response to `req`: `registry` (histograms included: `histograms` is a collector in it)
+/// and what the classic histogram cannot carry (native buckets, exemplars) where the format
+/// carries it, in the negotiated
 /// format, restricted to the samples its `name[]` parameters ask for, if any.
 pub fn metrics_response(req: &HttpRequest, registry: &Registry, histograms: &HistogramStore) -> HttpResponse {
-    let families = histograms.initial_series().complete(registry.gather());
+    let families = registry.gather();
     let snapshot = histograms.snapshot();
     let filter = SampleFilter::from_query(req.query_string());
     match negotiate(Accept::parse(req).ok().as_ref()) {

@@ -15,7 +15,6 @@ pub mod exposition;
 pub mod family;
 pub mod flagged;
 pub mod histogram_store;
-pub mod initial_series;
 pub mod instrumentator;
 pub mod instruments;
 mod kv_offload;

@@ -7,10 +7,11 @@
 //! series exist from the start all the same, as vLLM's do, so dashboards show 0, not "no data".
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Gauge, Histogram};
+use opentelemetry::metrics::{Counter, Gauge};
 
 use super::builder::InstrumentBuilder;
 use super::data::{IterationStats, SchedulerStats};
+use super::histogram_store::Histogram;
 
 use super::family::prompt_source as specs;
 

@@ -12,8 +12,10 @@
 //! The copy is an SDK limit (0.33), not a choice: aggregation is per provider, and a histogram
 //! kiln aggregates itself (`HistogramStore`'s native buckets are the same base-2 exponential
 //! buckets, schema = OTLP scale) cannot be handed to the SDK's OTLP reader (no public
-//! `MetricProducer`, no constructible data points). The copy's own `HistogramStore` records
-//! nothing (`/metrics` reads the main one's). docs/09 has the plan that removes the copy.
+//! `MetricProducer`, no constructible data points). The copy's histograms are SDK instruments
+//! and its own `HistogramStore` records nothing; the main set's histograms live in the store
+//! only (`/metrics` reads it), so an observation is recorded twice here, once per side.
+//! docs/09 has the plan that removes the copy.
 
 use std::str::FromStr;
 use std::sync::Arc;

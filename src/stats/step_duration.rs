@@ -3,11 +3,11 @@
 //! work: with the budget on, steps cluster under it whatever the prompts.
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::Histogram;
 
 use super::builder::InstrumentBuilder;
 use super::data::IterationStats;
 use super::family::kiln::STEP_DURATION;
+use super::histogram_store::Histogram;
 
 /// From a decode step of a small model (a few ms) to a long-context prefill chunk of a large
 /// one (tens of seconds).

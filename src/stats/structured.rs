@@ -5,10 +5,11 @@
 
 use actix::Message;
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::Counter;
 
 use super::builder::InstrumentBuilder;
 use super::data::IterationStats;
+use super::histogram_store::Histogram;
 use crate::engine::structured_output::StructuredOutput;
 use crate::engine::types::FinishReason;
 
