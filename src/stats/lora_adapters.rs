@@ -56,15 +56,19 @@ pub struct RecordAdapterChange {
 struct Declarable {
     histogram: LatencyHistogram,
     series: ExemplarHistogram,
-    description: &'static str,
 }
 
 impl Declarable {
     fn new(b: &InstrumentBuilder<'_>, s: Spec, bounds: &[f64], store: &Arc<HistogramStore>) -> Self {
         Self {
             histogram: b.latency_histogram_with(s, bounds, store),
-            series: ExemplarHistogram::new(&engine_metric_name("", s.name), s.unit, bounds.to_vec()),
-            description: s.description,
+            series: ExemplarHistogram::described(
+                &engine_metric_name("", s.name),
+                s.unit,
+                s.description,
+                bounds.to_vec(),
+                true,
+            ),
         }
     }
 
@@ -206,7 +210,7 @@ impl LoraAdapterInstruments {
     }
 
     fn declare(&self, h: &Declarable, labels: &[KeyValue]) {
-        self.store.declare(&h.series, h.description, labels, true);
+        self.store.declare(&h.series, labels);
     }
 }
 
