@@ -222,15 +222,9 @@ mod tests {
     use crate::stats::exporter::test_support::{config, finished, value};
     use crate::stats::exporter::{build_telemetry, render_metrics};
 
-    /// What `/metrics` writes: the gathered series and the declared ones not yet observed.
+    /// What `/metrics` writes: the registry gathers the declared series too.
     fn scrape(t: &crate::stats::exporter::Telemetry) -> String {
-        let families = t.exemplars.initial_series().complete(t.registry.gather());
-        let snapshot = crate::stats::histogram_store::HistogramSnapshot::default();
-        crate::stats::exposition::encode(
-            &families,
-            crate::stats::exposition::ExpositionFormat::PrometheusText,
-            &snapshot,
-        )
+        render_metrics(&t.registry).expect("render")
     }
 
     fn served(adapters: &[(u32, &str)], requests: Vec<LoraRequests>) -> SchedulerStats {
