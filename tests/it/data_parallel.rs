@@ -9,16 +9,9 @@ use serde_json::{Value, json};
 use crate::common::process::Launch;
 use crate::common::{Tiny, start_tiny};
 
-/// The sum of `name`'s samples whose labels hold `engine="{engine}"`.
-fn engine_sum(exposition: &str, name: &str, engine: usize) -> f64 {
-    let label = format!("engine=\"{engine}\"");
-    exposition
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| series.starts_with(&format!("{name}{{")) && series.contains(&label))
-        .filter_map(|(_, v)| v.parse::<f64>().ok())
-        .sum()
+/// The sum of `name`'s samples on `engine` (every other label summed over).
+fn engine_sum(metrics: &str, name: &str, engine: usize) -> f64 {
+    crate::common::metric_sum(metrics, name, &format!("engine=\"{engine}\""))
 }
 
 fn per_engine(t: &Tiny, name: &str) -> [f64; 2] {

@@ -29,14 +29,7 @@ fn healthy(metrics: &str, engine: usize) -> Option<f64> {
 
 /// The sum of `name`'s samples on `engine` (every other label summed over).
 fn engine_sum(metrics: &str, name: &str, engine: usize) -> f64 {
-    let label = engine_label(engine);
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(series, _)| series.starts_with(&format!("{name}{{")) && series.contains(&label))
-        .filter_map(|(_, v)| v.parse::<f64>().ok())
-        .sum()
+    crate::common::metric_sum(metrics, name, &engine_label(engine))
 }
 
 fn complete(t: &Tiny, body: Value, rank: Option<usize>) -> (u16, Value) {

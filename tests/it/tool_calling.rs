@@ -279,14 +279,10 @@ fn constrained_choices_give_valid_calls_and_count_as_stop() {
 
     // The stats actor counts a finished request after its response is sent: wait until the
     // first request is counted, whatever its reason, before taking the baseline.
-    let counted = |m: &str| -> f64 {
-        m.lines()
-            .filter(|l| l.starts_with("vllm:request_success_total{"))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-            .sum()
-    };
     let stop_before = metric_value(
-        &scrape_until(&t, |m| counted(m) >= 1.0),
+        &scrape_until(&t, |m| {
+            crate::common::metric_sum(m, "vllm:request_success_total", "") >= 1.0
+        }),
         "vllm:request_success_total",
         "finished_reason=\"stop\"",
     )

@@ -182,6 +182,18 @@ pub fn metric_value(exposition: &str, name: &str, label_fragment: &str) -> Optio
         .and_then(|(_, v)| v.parse().ok())
 }
 
+/// The sum of `name`'s samples whose series holds `label_fragment` (every other label summed
+/// over).
+pub fn metric_sum(exposition: &str, name: &str, label_fragment: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(series, _)| series.starts_with(&format!("{name}{{")) && series.contains(label_fragment))
+        .filter_map(|(_, v)| v.parse::<f64>().ok())
+        .sum()
+}
+
 /// The path of an external tool (or the CI venv's Python) that `.ci/run` exports as `var`;
 /// a test that needs it fails when it is missing.
 pub fn tool(var: &str) -> String {
