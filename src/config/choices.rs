@@ -16,6 +16,20 @@ pub enum PreemptionMode {
     Swap,
 }
 
+/// Whether the engines of a data-parallel server pin their thread pools to their share of
+/// the CPUs (`engine.cpu_affinity`, `--cpu-affinity`; see `executor::placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuAffinity {
+    /// One engine per NUMA node where there are several, each pinned to its share of the
+    /// node's (or the machine's) allowed CPUs.
+    #[default]
+    Auto,
+    /// No pinning: each engine's pool takes an even share of the threads, run wherever the
+    /// kernel puts them.
+    Off,
+}
+
 /// How the prefix cache hashes full blocks (`engine.prefix_caching_hash_algo`,
 /// `--prefix-caching-hash-algo`; see `kv_cache::block::hash`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]

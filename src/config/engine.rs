@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::bytes::parse_bytes;
-use super::choices::{Activations, CpuKernels, KvCacheDtype, PreemptionMode, PrefixCachingHashAlgo};
+use super::choices::{Activations, CpuAffinity, CpuKernels, KvCacheDtype, PreemptionMode, PrefixCachingHashAlgo};
 use super::{ConfigError, invalid};
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, clap::Args)]
@@ -28,6 +28,10 @@ pub struct EngineConfig {
     /// vLLM's `-dp N` is accepted too (`cli::vllm_short_flags`).
     #[arg(long, env = "KILN_DATA_PARALLEL_SIZE")]
     pub data_parallel_size: usize,
+    /// With several engines: auto pins each engine's thread pool to its share of the CPUs
+    /// (one engine per NUMA node where there are several), off leaves the threads unpinned.
+    #[arg(long, env = "KILN_CPU_AFFINITY", value_enum)]
+    pub cpu_affinity: CpuAffinity,
     /// Most sequences in one batch.
     #[arg(long, env = "KILN_MAX_NUM_SEQS")]
     pub max_num_seqs: usize,
@@ -84,6 +88,7 @@ impl Default for EngineConfig {
             kv_cache_dtype: KvCacheDtype::Auto,
             num_gpu_blocks_override: 0,
             data_parallel_size: 1,
+            cpu_affinity: CpuAffinity::Auto,
             max_num_seqs: 32,
             max_num_batched_tokens: 2048,
             max_model_len: 0,

@@ -27,7 +27,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use bytes::parse_bytes;
-pub use choices::{Activations, CpuKernels, KvCacheDtype, PreemptionMode, PrefixCachingHashAlgo, ToolCallParser};
+pub use choices::{
+    Activations, CpuAffinity, CpuKernels, KvCacheDtype, PreemptionMode, PrefixCachingHashAlgo, ToolCallParser,
+};
 pub use engine::EngineConfig;
 pub use kv_events::KvEventsConfig;
 pub use limits::LimitsConfig;

@@ -8,6 +8,7 @@ pub mod grammar_states;
 pub mod host_pool;
 pub mod logit_masks;
 pub mod model_runner;
+pub mod placement;
 pub mod pooled;
 pub mod previous_samples;
 pub mod prompt_logprobs;

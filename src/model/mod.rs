@@ -37,3 +37,30 @@ pub const DEVICE_NAME: &str = "cpu";
 pub fn default_device() -> burn::tensor::Device<Backend> {
     Default::default()
 }
+
+/// Engine `index`'s device: with CUDA, device `index` (one device per engine of a
+/// data-parallel server); on the CPU every engine's is the one CPU device.
+#[cfg(feature = "cuda")]
+pub fn engine_device(index: usize) -> burn::tensor::Device<Backend> {
+    burn::backend::cuda::CudaDevice::new(index)
+}
+
+/// Engine `index`'s device: with CUDA, device `index` (one device per engine of a
+/// data-parallel server); on the CPU every engine's is the one CPU device.
+#[cfg(not(feature = "cuda"))]
+pub fn engine_device(_index: usize) -> burn::tensor::Device<Backend> {
+    default_device()
+}
+
+/// How many engines can have a device of their own: CUDA's visible devices (after
+/// `CUDA_VISIBLE_DEVICES`); `None` on the CPU, where engines share the one device.
+pub fn engine_device_count() -> Option<usize> {
+    #[cfg(feature = "cuda")]
+    {
+        Some(<Backend as burn::tensor::backend::Backend>::device_count(0))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
+}

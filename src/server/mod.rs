@@ -26,10 +26,11 @@ use anyhow::Context as _;
 use crate::api::access_log::AccessLogSettings;
 use crate::api::worker_contract::WorkerInfo;
 use crate::api::{self, AppState, ServedModel};
-use crate::config::Config;
+use crate::config::{Config, CpuAffinity};
 use crate::engine::server_health::ServerHealth;
 use crate::executor::actor::Supervision;
 use crate::executor::model_runner::ModelRunner;
+use crate::executor::placement::{CpuShare, cpulist, place_engines};
 use crate::executor::pooled::{Pooled, engine_pools};
 use crate::executor::{Executor, start_executor};
 use crate::lifecycle::{ABORT_FLUSH, Drain, drain_on_signal, spawn_step_watchdog};
@@ -169,6 +170,24 @@ pub async fn start<E: Executor>(config: &Config, prepared: PreparedEngine<E>) ->
     start_on(config, prepared, listener, health, access).await
 }
 
+/// Each engine's CPU share (see `executor::placement`), logged.
+fn engine_cpus(engines: usize, affinity: CpuAffinity) -> anyhow::Result<Vec<Option<CpuShare>>> {
+    let shares = place_engines(engines, affinity).context("placing the engines on the CPUs")?;
+    for (engine, share) in shares.iter().enumerate() {
+        match share {
+            Some(share) => tracing::info!(
+                engine,
+                numa_node = share.node,
+                cpus = %cpulist::format(&share.cpus),
+                "engine threads pinned"
+            ),
+            None if engines > 1 => tracing::info!(engine, "engine threads not pinned"),
+            None => {}
+        }
+    }
+    Ok(shares)
+}
+
 /// Starts the actors and serves HTTP on `listener` guarded by `access` (built once, before
 /// the model loads); `health` (one per engine) is turned ready once serving.
 async fn start_on<E: Executor>(
@@ -240,7 +259,8 @@ async fn start_on<E: Executor>(
     let executors: Vec<E> = std::iter::once(prepared.executor)
         .chain(prepared.other_executors)
         .collect();
-    let pools = engine_pools(executors.len()).context("starting the engines' thread pools")?;
+    let cpu_shares = engine_cpus(executors.len(), config.engine.cpu_affinity)?;
+    let pools = engine_pools(&cpu_shares).context("starting the engines' thread pools")?;
     let mut schedulers = Vec::with_capacity(executors.len());
     for (index, (executor, pool)) in executors.into_iter().zip(pools).enumerate() {
         let executor = start_executor(
@@ -286,6 +306,7 @@ async fn start_on<E: Executor>(
         prefix_caching_hash_algo: hash_algo.name(),
         kv_cache_dtype: config.engine.kv_cache_dtype.resolved().name(),
         kv_events_endpoint: config.kv_events.publishes().then(|| config.kv_events.endpoint.clone()),
+        engine_cpus: cpu_shares,
     });
     let body_limit = config.server.max_request_body_bytes;
     let body_timeout = web::Data::new(crate::api::body_deadline::BodyTimeout(Duration::from_secs_f64(

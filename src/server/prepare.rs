@@ -28,7 +28,7 @@ use crate::model::fetch::{DEFAULT_MODEL_NAME, default_cache_dir, ensure_default_
 use crate::model::known_models::{KnownModel, known_model};
 use crate::model::loader::ModelFiles;
 use crate::model::weights::{LoadOptions, build_model};
-use crate::model::{Backend, default_device};
+use crate::model::{Backend, engine_device, engine_device_count};
 use crate::scheduler::step::time::StepTimeCoefficients;
 use crate::scheduler::{SchedulerConfig, StepSharing};
 use crate::stats::step_cost::StepCostModel;
@@ -74,8 +74,13 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     );
     spinner.enable_steady_tick(Duration::from_millis(200));
     let activations = select_cpu_kernels(config)?;
-    let device = default_device();
-    let mut llama = build_model::<Backend>(&files.config, files.weights.as_ref(), load_options(config), &device)?;
+    check_engine_devices(config.engine.data_parallel_size)?;
+    let mut llama = build_model::<Backend>(
+        &files.config,
+        files.weights.as_ref(),
+        load_options(config),
+        &engine_device(0),
+    )?;
     spinner.finish_and_clear();
 
     let sizing = CacheSizing::new(config, &files.config)?;
@@ -108,8 +113,7 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
         anyhow::bail!("a LoRA adapter is named {served_name}, the served model's name");
     }
     llama.adapters = super::lora::load_adapters(&config.lora, &files.config, &served_name)?;
-    // Each engine its own runner and KV cache; the weights are shared (the model's tensors
-    // and packed matrices are reference-counted, so a clone copies no weight).
+    // Each engine its own runner and KV cache, on its own device.
     let runner = |model| {
         ModelRunner::new(model, geometry, kv_dtype, sizing.num_cpu_blocks)
             .computing_activations_in(activations)
@@ -117,8 +121,8 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
             .ending_generation_on(files.special_tokens.end_of_generation.clone())
     };
     let others: Vec<ModelRunner> = (1..config.engine.data_parallel_size)
-        .map(|_| runner(llama.clone()))
-        .collect();
+        .map(|index| engine_model(config, &files, &llama, index).map(&runner))
+        .collect::<anyhow::Result<_>>()?;
     let executor = runner(llama);
     let memory = std::iter::once(&executor)
         .chain(&others)
@@ -128,6 +132,43 @@ pub fn prepare_model(config: &Config, files: ModelFiles) -> anyhow::Result<Prepa
     prepared.other_executors = others;
     prepared.memory = memory;
     Ok(prepared)
+}
+
+/// Refuses more engines than devices: with CUDA one device each (the count is what CUDA sees,
+/// after `CUDA_VISIBLE_DEVICES`); on the CPU any number share it.
+fn check_engine_devices(engines: usize) -> anyhow::Result<()> {
+    if let Some(devices) = engine_device_count() {
+        anyhow::ensure!(
+            engines <= devices,
+            "--data-parallel-size {engines} needs a CUDA device per engine, and {devices} are visible"
+        );
+        for index in 0..engines {
+            tracing::info!(engine = index, device = ?engine_device(index), "engine device");
+        }
+    }
+    Ok(())
+}
+
+/// Engine `index`'s model. On the CPU a clone of the first engine's: the weights are shared
+/// (the model's tensors and packed matrices are reference-counted, so a clone copies no
+/// weight). With CUDA the weights are loaded again onto the engine's own device.
+fn engine_model(
+    config: &Config,
+    files: &ModelFiles,
+    first: &crate::model::transformer::Model<Backend>,
+    index: usize,
+) -> anyhow::Result<crate::model::transformer::Model<Backend>> {
+    if engine_device_count().is_none() {
+        return Ok(first.clone());
+    }
+    let mut model = build_model::<Backend>(
+        &files.config,
+        files.weights.as_ref(),
+        load_options(config),
+        &engine_device(index),
+    )?;
+    model.adapters = first.adapters.clone();
+    Ok(model)
 }
 
 /// Whether an adapter takes the served model's own name (requests could not tell them apart).

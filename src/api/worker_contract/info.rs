@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::WorkerInfo;
 use crate::api::AppState;
+use crate::executor::placement::cpulist;
 
 /// The server's settings as SGLang names them, with vLLM's where a router reads those.
 fn settings(state: &AppState, info: &WorkerInfo) -> Value {
@@ -23,9 +24,18 @@ fn settings(state: &AppState, info: &WorkerInfo) -> Value {
         "tp_size": 1,
         "pp_size": 1,
         "data_parallel_size": state.engine.size(),
-        // Each rank's engine state now (`ready`, `restarting`, `dead`...).
+        // Each rank's engine state now (`ready`, `restarting`, `dead`...), and the NUMA node
+        // and CPUs its threads are pinned to (null when unpinned).
         "dp_ranks": (0..state.engine.size())
-            .map(|i| json!({"dp_rank": i, "status": state.engine.state(i).name()}))
+            .map(|i| {
+                let share = info.engine_cpus.get(i).and_then(Option::as_ref);
+                json!({
+                    "dp_rank": i,
+                    "status": state.engine.state(i).name(),
+                    "numa_node": share.map(|s| s.node),
+                    "cpus": share.map(|s| cpulist::format(&s.cpus)),
+                })
+            })
             .collect::<Vec<_>>(),
         "context_length": m.max_model_len,
         "max_model_len": m.max_model_len,

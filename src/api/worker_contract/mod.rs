@@ -17,6 +17,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::errors::ApiError;
 use super::openapi::allowed_methods;
+use crate::executor::placement::CpuShare;
 
 /// What the worker endpoints say about the engine beyond the served model.
 #[derive(Debug, Clone)]
@@ -34,6 +35,8 @@ pub struct WorkerInfo {
     pub kv_cache_dtype: &'static str,
     /// The KV-event publisher's endpoint, when events are on.
     pub kv_events_endpoint: Option<String>,
+    /// Each engine's CPUs where its threads are pinned (`--cpu-affinity`).
+    pub engine_cpus: Vec<Option<CpuShare>>,
 }
 
 /// Registers every worker endpoint (GET or POST, as the routers call them); another method
