@@ -27,6 +27,11 @@ pub trait Executor: Send + Unpin + 'static {
     /// Discards all device and host KV state after a panic (the cache may be half-written),
     /// dropping the old cache before allocating the new one.
     fn reset(&mut self);
+    /// Allocates the (still unused) device KV cache again from the calling thread: on the
+    /// CPU its pages are written as it is zeroed, so Linux's first-touch policy puts them on
+    /// the NUMA node of the thread that calls this (a pinned engine's pool). Nothing for an
+    /// executor without a cache.
+    fn allocate_cache_here(&mut self) {}
     /// Called by the executor actor as a step reaches `stage`: a fault-injection point for
     /// the fake executor, built only for tests (the server's executors have no such hook).
     #[cfg(any(test, feature = "testing"))]

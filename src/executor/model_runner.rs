@@ -157,6 +157,13 @@ impl Executor for ModelRunner {
     }
 
     fn reset(&mut self) {
+        self.host.clear();
+        self.memory.set(MemoryComponent::HostSwapPool, 0);
+        self.grammars.clear();
+        self.allocate_cache_here();
+    }
+
+    fn allocate_cache_here(&mut self) {
         let geometry = self.cache.geometry();
         // The old cache goes first (a layerless cache holds no tensors), so a restart never
         // needs the memory of two caches.
@@ -169,9 +176,6 @@ impl Executor for ModelRunner {
             dtype,
             &self.model.device,
         );
-        self.host.clear();
-        self.memory.set(MemoryComponent::HostSwapPool, 0);
-        self.grammars.clear();
         self.cache = PagedKvCache::new(geometry, dtype, &self.model.device);
     }
 }

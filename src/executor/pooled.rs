@@ -26,6 +26,16 @@ impl<E: Executor> Pooled<E> {
     pub fn new(inner: E, pool: Option<Arc<ThreadPool>>) -> Self {
         Self { inner, pool }
     }
+
+    /// Allocates the executor's KV cache again on one of the pool's threads, so that a pinned
+    /// pool's engine has its cache in its own node's memory (the loading thread allocated it
+    /// first). Before the first step only.
+    pub fn allocate_cache_on_pool(&mut self) {
+        if let Some(pool) = &self.pool {
+            let inner = &mut self.inner;
+            pool.install(|| inner.allocate_cache_here());
+        }
+    }
 }
 
 /// One pool per engine, threads named `engine{i}-{t}` (so that `/proc` shows whose they
@@ -82,7 +92,18 @@ impl<E: Executor> Executor for Pooled<E> {
     }
 
     fn reset(&mut self) {
-        self.inner.reset();
+        match &self.pool {
+            // A restart's new cache is allocated on the pool too, as the first one was.
+            Some(pool) => {
+                let inner = &mut self.inner;
+                pool.install(|| inner.reset());
+            }
+            None => self.inner.reset(),
+        }
+    }
+
+    fn allocate_cache_here(&mut self) {
+        self.inner.allocate_cache_here();
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -136,6 +157,36 @@ mod tests {
                 assert_eq!(cpus, &share.cpus, "{name}");
             }
         }
+    }
+
+    /// Records the thread the cache was allocated on.
+    struct CacheHome(Option<String>);
+
+    impl Executor for CacheHome {
+        fn execute(&mut self, _: &SchedulerOutput) -> Result<ModelOutput, ExecutorError> {
+            unreachable!("no step runs")
+        }
+        fn reset(&mut self) {}
+        fn allocate_cache_here(&mut self) {
+            self.0 = std::thread::current().name().map(str::to_owned);
+        }
+    }
+
+    #[test]
+    fn the_cache_is_allocated_again_on_the_engines_pool() {
+        let allowed = allowed_cpus().unwrap();
+        let shares = [
+            Some(CpuShare {
+                node: 0,
+                cpus: allowed.clone(),
+            }),
+            Some(CpuShare { node: 0, cpus: allowed }),
+        ];
+        let pool = engine_pools(&shares).unwrap().pop().unwrap();
+        let mut executor = Pooled::new(CacheHome(None), pool);
+        executor.allocate_cache_on_pool();
+        let home = executor.inner.0.expect("allocated");
+        assert!(home.starts_with("engine1-"), "{home}");
     }
 
     #[test]

@@ -263,8 +263,12 @@ async fn start_on<E: Executor>(
     let pools = engine_pools(&cpu_shares).context("starting the engines' thread pools")?;
     let mut schedulers = Vec::with_capacity(executors.len());
     for (index, (executor, pool)) in executors.into_iter().zip(pools).enumerate() {
+        let mut executor = Pooled::new(executor, pool);
+        if cpu_shares[index].is_some() {
+            executor.allocate_cache_on_pool();
+        }
         let executor = start_executor(
-            Pooled::new(executor, pool),
+            executor,
             Supervision {
                 health: health.engine(index).clone(),
                 max_restarts: config.engine.max_engine_restarts,

@@ -18,6 +18,7 @@ mod data_parallel;
 mod deploy_manifests;
 mod disconnects;
 mod draining;
+mod engine_affinity;
 mod engine_health;
 mod eval_harness_shapes;
 mod exemplars;
