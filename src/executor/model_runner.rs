@@ -176,6 +176,7 @@ impl Executor for ModelRunner {
             dtype,
             &self.model.device,
         );
+        release_freed_memory();
         self.cache = PagedKvCache::new(geometry, dtype, &self.model.device);
     }
 }
@@ -270,5 +271,17 @@ impl ModelRunner {
             output.grammar_failures.extend(ran.grammar_failures);
         }
         Ok(output)
+    }
+}
+
+/// Hands the freed heap pages back to the kernel. glibc keeps a freed cache's pages resident
+/// in the arena of the thread that allocated it, and an engine's pool thread allocates the
+/// new one from another arena: without this, moving the cache onto the pool would keep both
+/// resident (measured: 4.4 GB instead of 2.3 GB with `--kv-cache-memory 2GiB -dp 2`).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
