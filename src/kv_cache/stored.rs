@@ -90,3 +90,33 @@ impl<B: KvCacheOps> Stored<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    #[test]
+    fn fp8_rows_read_back_through_the_table_as_their_codes_values() {
+        let device = Default::default();
+        let values: Vec<f32> = vec![0.3, -1.7, 500.0, 1e-3, -0.0, 37.5];
+        let rows = Tensor::<Flex, 2>::from_data(TensorData::new(values.clone(), [2, 3]), &device);
+        let run = [SlotRun {
+            token_row: 0,
+            first_slot: 2,
+            len: 2,
+        }];
+        let cache = Stored::<Flex>::zeros([5, 3], DType::U8, &device).write_rows(&run, rows);
+        let slots = Tensor::<Flex, 1, Int>::from_data(TensorData::new(vec![3i64, 2, 0], [3]), &device);
+        let read = cache
+            .select(slots)
+            .widened()
+            .into_data()
+            .into_vec::<f32>()
+            .expect("f32");
+        let want = |i: usize| fp8::encode(values[i]).to_f32();
+        let expected: Vec<f32> = (3..6).chain(0..3).map(want).chain([0.0; 3]).collect();
+        assert_eq!(read, expected);
+        assert_eq!(read[5], E4m3(0x7E).to_f32(), "500 saturates at 448");
+    }
+}
