@@ -165,6 +165,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     report.insert("cpu_activations".into(), activations.into());
     println!("Scheduling: {} (the server's step loop)", args.scheduling());
     report.insert("async_scheduling".into(), (!args.sync_scheduling).into());
+    println!("KV cache dtype: {}", args.kv_cache_dtype.resolved().name());
+    report.insert("kv_cache_dtype".into(), args.kv_cache_dtype.resolved().name().into());
 
     if let Some(reference) = &args.reference {
         println!("| reference case | greedy tokens | first-step logits |");

@@ -115,6 +115,11 @@ pub enum KvCacheDtype {
     Float16,
     /// Full precision, twice the memory.
     Float32,
+    /// OCP FP8 E4M3 with scale 1.0 (vLLM's `fp8`, alias `fp8_e4m3`): a quarter of float32's
+    /// memory, 3 bits of precision, values up to ±448 (saturating). CPU build only.
+    #[serde(rename = "fp8", alias = "fp8_e4m3")]
+    #[value(name = "fp8", alias = "fp8_e4m3")]
+    Fp8,
 }
 
 impl KvCacheDtype {
@@ -130,6 +135,7 @@ impl KvCacheDtype {
     pub fn bytes(self) -> usize {
         match self.resolved() {
             Self::Float32 => 4,
+            Self::Fp8 => 1,
             _ => 2,
         }
     }
@@ -141,6 +147,7 @@ impl KvCacheDtype {
             Self::Bfloat16 => "bfloat16",
             Self::Float16 => "float16",
             Self::Float32 => "float32",
+            Self::Fp8 => "fp8",
         }
     }
 }

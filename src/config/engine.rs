@@ -145,6 +145,15 @@ impl EngineConfig {
                 "must be a number of seconds, 0 or more",
             ));
         }
+        // burn's float tensors hold no 8-bit float type, so the CUDA build (whose KV cache is
+        // burn tensors read by burn ops) has no fp8 cache; the CPU build's kernels read bytes.
+        if cfg!(feature = "cuda") && self.kv_cache_dtype == KvCacheDtype::Fp8 {
+            return Err(invalid(
+                "engine.kv_cache_dtype",
+                "fp8 is CPU-only: the CUDA build keeps K/V in burn float tensors, which have no \
+                 8-bit type; use float16 or bfloat16",
+            ));
+        }
         Ok(())
     }
 }

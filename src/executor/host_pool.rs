@@ -82,7 +82,7 @@ mod tests {
             block_size: 2,
             kv_dim: 3,
         };
-        for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::U8] {
             let mut cache = PagedKvCache::<Flex>::new(geometry, dtype, &device);
             let rows = |offset: f32| {
                 Tensor::<Flex, 2>::from_data(

@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod exp;
 #[cfg(target_arch = "x86_64")]
 mod format_codes;
+pub mod fp8;
 mod ggml_rows;
 mod ggml_type;
 pub mod int8;

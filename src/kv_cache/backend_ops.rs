@@ -5,7 +5,7 @@
 //! tok/s with a 1 GiB cache against 13 with 32 MiB). On flex we write straight into the
 //! uniquely owned buffer; other backends use `slice_assign`, which updates in place there.
 
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{Int, Tensor, backend::Backend};
 
 use super::slot_runs::SlotRun;
 use crate::kernels::attention::{HeadShape, SequenceSpan, paged_attention};
@@ -34,6 +34,41 @@ pub trait KvCacheOps: Backend {
     ) -> Option<Tensor<Self, 2>> {
         None
     }
+
+    /// [`write_rows`](Self::write_rows) for a cache of FP8 E4M3 codes (`u8`), the rows
+    /// already encoded.
+    fn write_code_rows(
+        cache: Tensor<Self, 2, Int>,
+        runs: &[SlotRun],
+        codes: Tensor<Self, 2, Int>,
+    ) -> Tensor<Self, 2, Int> {
+        write_code_rows_sliced(cache, runs, codes)
+    }
+
+    /// [`paged_attention`](Self::paged_attention) over caches of FP8 E4M3 codes.
+    fn paged_attention_fp8(
+        _q: Tensor<Self, 2>,
+        _k_cache: &Tensor<Self, 2, Int>,
+        _v_cache: &Tensor<Self, 2, Int>,
+        _spans: &[SequenceSpan],
+        _shape: HeadShape,
+    ) -> Option<Tensor<Self, 2>> {
+        None
+    }
+}
+
+/// The portable path for code rows: one `slice_assign` per run.
+pub fn write_code_rows_sliced<B: Backend>(
+    mut cache: Tensor<B, 2, Int>,
+    runs: &[SlotRun],
+    codes: Tensor<B, 2, Int>,
+) -> Tensor<B, 2, Int> {
+    for run in runs {
+        let src = run.token_row..run.token_row + run.len;
+        let dst = run.first_slot..run.first_slot + run.len;
+        cache = cache.slice_assign([dst], codes.clone().slice([src]));
+    }
+    cache
 }
 
 /// The portable path: one `slice_assign` per run (rows cast to the cache's dtype first).
@@ -70,9 +105,9 @@ impl KvCacheOps for burn::backend::Flex {
         let src = rows.clone().into_data();
         let written = whole_buffer
             && match primitive.dtype() {
-                DType::F32 => copy_runs::<f32>(primitive.try_storage_mut(), &src, runs, width),
-                DType::F16 => copy_runs::<f16>(primitive.try_storage_mut(), &src, runs, width),
-                DType::BF16 => copy_runs::<bf16>(primitive.try_storage_mut(), &src, runs, width),
+                DType::F32 => copy_runs::<f32, f32>(primitive.try_storage_mut(), &src, runs, width),
+                DType::F16 => copy_runs::<f32, f16>(primitive.try_storage_mut(), &src, runs, width),
+                DType::BF16 => copy_runs::<f32, bf16>(primitive.try_storage_mut(), &src, runs, width),
                 _ => false,
             };
         let cache = Tensor::from_primitive(TensorPrimitive::Float(primitive));
@@ -81,6 +116,54 @@ impl KvCacheOps for burn::backend::Flex {
         } else {
             write_rows_sliced(cache, runs, rows)
         }
+    }
+
+    fn write_code_rows(
+        cache: Tensor<Self, 2, Int>,
+        runs: &[SlotRun],
+        codes: Tensor<Self, 2, Int>,
+    ) -> Tensor<Self, 2, Int> {
+        let [_, width] = cache.dims();
+        let mut primitive = cache.into_primitive();
+        let whole_buffer = primitive.is_contiguous() && primitive.layout().start_offset() == 0;
+        let src = codes.clone().into_data();
+        let written = whole_buffer
+            && primitive.dtype() == burn::tensor::DType::U8
+            && copy_runs::<u8, u8>(primitive.try_storage_mut(), &src, runs, width);
+        let cache = Tensor::from_primitive(primitive);
+        if written {
+            cache
+        } else {
+            write_code_rows_sliced(cache, runs, codes)
+        }
+    }
+
+    fn paged_attention_fp8(
+        q: Tensor<Self, 2>,
+        k_cache: &Tensor<Self, 2, Int>,
+        v_cache: &Tensor<Self, 2, Int>,
+        spans: &[SequenceSpan],
+        shape: HeadShape,
+    ) -> Option<Tensor<Self, 2>> {
+        use crate::kernels::fp8::as_codes;
+        use burn::tensor::{DType, TensorData};
+        let [tokens, width] = q.dims();
+        let device = q.device();
+        // Second handles, dropped before the next write (as in `paged_attention`).
+        let (k, v) = (k_cache.clone().into_primitive(), v_cache.clone().into_primitive());
+        let whole = |t: &burn_flex::FlexTensor| t.is_contiguous() && t.layout().start_offset() == 0;
+        if !whole(&k) || !whole(&v) || k.dtype() != DType::U8 || v.dtype() != DType::U8 {
+            return None;
+        }
+        let q = q.into_data().into_vec::<f32>().ok()?;
+        let out = paged_attention(
+            &q,
+            as_codes(k.storage::<u8>()),
+            as_codes(v.storage::<u8>()),
+            spans,
+            shape,
+        );
+        Some(Tensor::from_data(TensorData::new(out, [tokens, width]), &device))
     }
 
     fn paged_attention(
@@ -116,15 +199,15 @@ impl KvCacheOps for burn::backend::Flex {
     }
 }
 
-/// Copies each run of `src` (f32 rows, converted to `E`) into `dst`; false when `dst` is not
-/// a uniquely owned `E` buffer or `src` not f32, for the caller to take the portable path.
-fn copy_runs<E: burn::tensor::ElementConversion>(
+/// Copies each run of `src` (`S` rows, converted to `E`) into `dst`; false when `dst` is not
+/// a uniquely owned `E` buffer or `src` not `S`, for the caller to take the portable path.
+fn copy_runs<S: burn::tensor::Element, E: burn::tensor::ElementConversion>(
     dst: Option<&mut [E]>,
     src: &burn::tensor::TensorData,
     runs: &[SlotRun],
     width: usize,
 ) -> bool {
-    let (Some(dst), Ok(src)) = (dst, src.as_slice::<f32>()) else {
+    let (Some(dst), Ok(src)) = (dst, src.as_slice::<S>()) else {
         return false;
     };
     for run in runs {

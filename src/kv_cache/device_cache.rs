@@ -4,6 +4,8 @@
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
+pub use super::stored::Stored;
+
 use super::backend_ops::KvCacheOps;
 pub use super::slot_runs::{SlotRun, slot_runs};
 use crate::kernels::attention::{HeadShape, SequenceSpan};
@@ -29,13 +31,15 @@ impl CacheGeometry {
     }
 }
 
-/// The tensor type K and V are stored in for a `--kv-cache-dtype` setting.
+/// The tensor type K and V are stored in for a `--kv-cache-dtype` setting. `U8` stands for
+/// FP8 E4M3 codes (`kernels::fp8`), held in an integer tensor: burn has no 8-bit float.
 pub fn storage_dtype(setting: crate::config::KvCacheDtype) -> DType {
     use crate::config::KvCacheDtype as D;
     match setting.resolved() {
         D::Float32 => DType::F32,
         D::Bfloat16 => DType::BF16,
         D::Float16 | D::Auto => DType::F16,
+        D::Fp8 => DType::U8,
     }
 }
 
@@ -48,8 +52,8 @@ pub fn context_slots(block_table: &[u32], block_size: usize, context_len: usize)
 
 struct LayerCache<B: KvCacheOps> {
     /// `[num_slots, kv_dim]`; `None` only while being updated in place.
-    k: Option<Tensor<B, 2>>,
-    v: Option<Tensor<B, 2>>,
+    k: Option<Stored<B>>,
+    v: Option<Stored<B>>,
 }
 
 /// Preallocated paged K/V tensors for every layer.
@@ -65,13 +69,13 @@ pub struct PagedKvCache<B: KvCacheOps> {
 pub type HostBlock = Vec<TensorData>;
 
 impl<B: KvCacheOps> PagedKvCache<B> {
-    /// A zeroed cache whose K and V are stored as `dtype` (F32, F16 or BF16).
+    /// A zeroed cache whose K and V are stored as `dtype` (F32, F16, BF16, or U8 for FP8 E4M3).
     pub fn new(geometry: CacheGeometry, dtype: DType, device: &B::Device) -> Self {
         let shape = [geometry.num_slots(), geometry.kv_dim];
         let layers = (0..geometry.num_layers)
             .map(|_| LayerCache {
-                k: Some(Tensor::zeros(shape, (device, dtype))),
-                v: Some(Tensor::zeros(shape, (device, dtype))),
+                k: Some(Stored::zeros(shape, dtype, device)),
+                v: Some(Stored::zeros(shape, dtype, device)),
             })
             .collect();
         Self {
@@ -104,8 +108,8 @@ impl<B: KvCacheOps> PagedKvCache<B> {
         let cache = &mut self.layers[layer];
         let k = cache.k.take().expect("layer K cache present between steps");
         let v = cache.v.take().expect("layer V cache present between steps");
-        cache.k = Some(B::write_rows(k, runs, k_new));
-        cache.v = Some(B::write_rows(v, runs, v_new));
+        cache.k = Some(k.write_rows(runs, k_new));
+        cache.v = Some(v.write_rows(runs, v_new));
     }
 
     /// Causal attention of the step's queries read straight from this layer's cache, where
@@ -124,7 +128,11 @@ impl<B: KvCacheOps> PagedKvCache<B> {
         let cache = &self.layers[layer];
         let k = cache.k.as_ref().expect("layer K cache present");
         let v = cache.v.as_ref().expect("layer V cache present");
-        B::paged_attention(q, k, v, spans, shape)
+        match (k, v) {
+            (Stored::Float(k), Stored::Float(v)) => B::paged_attention(q, k, v, spans, shape),
+            (Stored::Fp8(k), Stored::Fp8(v)) => B::paged_attention_fp8(q, k, v, spans, shape),
+            _ => unreachable!("K and V are stored alike"),
+        }
     }
 
     /// Gathers the K/V rows of the given slots, widened to f32.
@@ -134,18 +142,15 @@ impl<B: KvCacheOps> PagedKvCache<B> {
     /// - output: two tensors `[context, kv_dim]`
     pub fn gather(&self, layer: usize, slots: Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let (k, v) = self.gather_stored(layer, slots);
-        if self.dtype == DType::F32 {
-            return (k, v);
-        }
-        (k.cast(DType::F32), v.cast(DType::F32))
+        (k.widened(), v.widened())
     }
 
     /// The K/V rows of the given slots as stored.
-    fn gather_stored(&self, layer: usize, slots: Tensor<B, 1, Int>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    fn gather_stored(&self, layer: usize, slots: Tensor<B, 1, Int>) -> (Stored<B>, Stored<B>) {
         let cache = &self.layers[layer];
         let k = cache.k.as_ref().expect("layer K cache present");
         let v = cache.v.as_ref().expect("layer V cache present");
-        (k.clone().select(0, slots.clone()), v.clone().select(0, slots))
+        (k.select(slots.clone()), v.select(slots))
     }
 
     /// Copies whole blocks out to host memory (swap out), as stored: per layer, K then V.
@@ -164,9 +169,9 @@ impl<B: KvCacheOps> PagedKvCache<B> {
     pub fn write_blocks(&mut self, blocks: &[u32], data: &[TensorData]) {
         let bs = self.geometry.block_size;
         for layer in 0..self.geometry.num_layers {
-            let to_tensor = |t: &TensorData| Tensor::<B, 2>::from_data(t.clone(), &self.device);
-            let k_new = to_tensor(&data[2 * layer]);
-            let v_new = to_tensor(&data[2 * layer + 1]);
+            let to_stored = |t: &TensorData| Stored::<B>::from_data(t.clone(), &self.device);
+            let k_new = to_stored(&data[2 * layer]);
+            let v_new = to_stored(&data[2 * layer + 1]);
             let runs: Vec<SlotRun> = blocks
                 .iter()
                 .enumerate()
@@ -176,7 +181,11 @@ impl<B: KvCacheOps> PagedKvCache<B> {
                     len: bs,
                 })
                 .collect();
-            self.write(layer, &runs, k_new, v_new);
+            let cache = &mut self.layers[layer];
+            let k = cache.k.take().expect("layer K cache present between steps");
+            let v = cache.v.take().expect("layer V cache present between steps");
+            cache.k = Some(k.write_stored_rows(&runs, k_new));
+            cache.v = Some(v.write_stored_rows(&runs, v_new));
         }
     }
 

@@ -7,4 +7,5 @@ pub mod device_cache;
 pub mod events;
 pub mod residency;
 pub mod slot_runs;
+mod stored;
 pub mod swapped;

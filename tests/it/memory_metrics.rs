@@ -108,4 +108,25 @@ fn the_same_memory_holds_twice_the_tokens_at_16_bits() {
         "{f16_blocks} vs {f32_blocks}"
     );
     assert_eq!(bf16_blocks, f16_blocks);
+    // One byte a value: four times float32's tokens, named as vLLM names it, on /load and in
+    // vllm:cache_config_info.
+    let fp8 = start(KvCacheDtype::Fp8);
+    let (fp8_blocks, fp8_name) = blocks(&fp8);
+    assert_eq!(fp8_name, json!("fp8"));
+    assert!(
+        fp8_blocks >= 4 * f32_blocks && fp8_blocks <= 4 * f32_blocks + 3,
+        "{fp8_blocks} vs {f32_blocks}"
+    );
+    let (s, text) = fp8.get_text("/load");
+    assert_eq!(s, 200);
+    let load: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(load["max_token_capacity"], json!(fp8_blocks * 16), "{load}");
+    let (s, metrics) = fp8.get_text("/metrics");
+    assert_eq!(s, 200);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("vllm:cache_config_info{") && l.contains("cache_dtype=\"fp8\"")),
+        "no cache_config_info with cache_dtype=\"fp8\""
+    );
 }

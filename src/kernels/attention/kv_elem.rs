@@ -1,9 +1,11 @@
-//! The element types the KV cache stores (f32, f16, bf16) and their widening to f32, which the
-//! attention kernels do row by row inside their loops: the cache stays 16-bit in memory and
-//! the arithmetic stays f32.
+//! The element types the KV cache stores (f32, f16, bf16, FP8 E4M3) and their widening to
+//! f32, which the attention kernels do row by row inside their loops: the cache stays 16- or
+//! 8-bit in memory and the arithmetic stays f32.
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
+
+use crate::kernels::fp8::E4m3;
 
 /// A KV-cache element the kernels read.
 pub trait KvElem: Copy + Send + Sync + 'static {
@@ -50,6 +52,17 @@ impl KvElem for bf16 {
     }
 }
 
+impl KvElem for E4m3 {
+    /// Bit moves and selects per code (scale 1.0), which the caller's instruction set
+    /// vectorises.
+    #[inline(always)]
+    fn widen_into(src: &[E4m3], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.to_f32();
+        }
+    }
+}
+
 /// The longest head a kernel widens on its stack.
 pub const MAX_HEAD_DIM: usize = 512;
 
@@ -70,6 +83,11 @@ mod tests {
         let wide = bf16::widened(&brains, &mut buf);
         for (w, b) in wide.iter().zip(&brains) {
             assert_eq!(*w, b.to_f32());
+        }
+        let codes: Vec<E4m3> = values.iter().map(|&v| crate::kernels::fp8::encode(v)).collect();
+        let wide = E4m3::widened(&codes, &mut buf);
+        for (w, c) in wide.iter().zip(&codes) {
+            assert_eq!(*w, c.to_f32());
         }
         assert!(std::ptr::eq(f32::widened(&values, &mut buf), values.as_slice()));
     }
