@@ -66,13 +66,13 @@ pub struct LoraRows<'a> {
     pub rows: Range<usize>,
 }
 
-/// Below this many multiply-adds a module's delta runs on the calling thread: a decode step of
-/// a few rows is not worth the hand-off to the pool.
+/// Below this many multiply-adds a projection's deltas run on the calling thread: a decode
+/// step of a few rows is not worth the hand-off to the pool.
 const PARALLEL_MACS: usize = 1 << 16;
 
 /// Adds every group's deltas for `target` of layer `layer` to the projection output `y`
-/// (`[tokens, out_width]`) of the input `x` (`[tokens, in_width]`): shrink (`x·Aᵀ`) then
-/// expand (`·Bᵀ`), one adapter group at a time.
+/// (`[tokens, out_width]`) of the input `x` (`[tokens, in_width]`): per row, shrink (`x·Aᵀ`)
+/// then expand (`·Bᵀ`), the rows spread over the pool when there is enough work.
 pub fn add_lora(
     groups: &[LoraRows<'_>],
     layer: usize,
@@ -82,68 +82,40 @@ pub fn add_lora(
     y: &mut [f32],
     out_width: usize,
 ) {
+    let tokens = y.len() / out_width.max(1);
+    let mut deltas_of: Vec<&[LoraDelta]> = vec![&[]; tokens];
+    let mut macs = 0;
     for group in groups {
-        let rows = group.rows.clone();
-        if rows.is_empty() {
-            continue;
-        }
-        let x = &x[rows.start * in_width..rows.end * in_width];
-        let y = &mut y[rows.start * out_width..rows.end * out_width];
-        for delta in group.adapter.layers[layer].deltas(target) {
-            debug_assert_eq!(delta.inputs, in_width);
-            add_delta(delta, x, y, out_width);
+        let deltas = group.adapter.layers[layer].deltas(target);
+        let per_row: usize = deltas.iter().map(|d| d.rank * (d.inputs + d.outputs)).sum();
+        for row in group.rows.clone() {
+            deltas_of[row] = deltas;
+            macs += per_row;
         }
     }
-}
-
-/// One module's delta on one group's rows. The products run matrix-row-major, so each row of
-/// A and of B is read once for the whole group (the adapters' weights, not the arithmetic, are
-/// what a decode step waits on), and split over the pool by those rows, so one request's step
-/// is spread too.
-fn add_delta(d: &LoraDelta, x: &[f32], y: &mut [f32], out_width: usize) {
-    use rayon::prelude::*;
-    let n = x.len() / d.inputs;
-    let parallel = n * d.rank * (d.inputs + d.outputs) >= PARALLEL_MACS;
-    // shrink: by_rank[k][i] = A_k · x_i
-    let mut by_rank = vec![0.0f32; d.rank * n];
-    let shrink = |(a_row, out): (&[f32], &mut [f32])| {
-        for (o, x_row) in out.iter_mut().zip(x.chunks_exact(d.inputs)) {
-            *o = dot(a_row, x_row);
+    if macs == 0 {
+        return;
+    }
+    let apply = |(row, y_row): (usize, &mut [f32])| {
+        let x_row = &x[row * in_width..(row + 1) * in_width];
+        let mut shrunk = Vec::new();
+        for d in deltas_of[row] {
+            debug_assert_eq!(d.inputs, in_width);
+            shrunk.clear();
+            shrunk.extend(d.a.chunks_exact(d.inputs).map(|a_row| dot(a_row, x_row)));
+            for (y, b_row) in y_row[d.offset..d.offset + d.outputs]
+                .iter_mut()
+                .zip(d.b.chunks_exact(d.rank))
+            {
+                *y += dot(b_row, &shrunk);
+            }
         }
     };
-    if parallel {
-        d.a.par_chunks_exact(d.inputs)
-            .zip(by_rank.par_chunks_exact_mut(n))
-            .for_each(shrink);
+    if macs < PARALLEL_MACS {
+        y.chunks_exact_mut(out_width).enumerate().for_each(apply);
     } else {
-        d.a.chunks_exact(d.inputs)
-            .zip(by_rank.chunks_exact_mut(n))
-            .for_each(shrink);
-    }
-    let shrunk: Vec<f32> = (0..n)
-        .flat_map(|i| by_rank.iter().skip(i).step_by(n).copied())
-        .collect();
-    // expand: by_output[o][i] = B_o · shrunk_i
-    let mut by_output = vec![0.0f32; d.outputs * n];
-    let expand = |(b_row, out): (&[f32], &mut [f32])| {
-        for (o, s) in out.iter_mut().zip(shrunk.chunks_exact(d.rank)) {
-            *o = dot(b_row, s);
-        }
-    };
-    if parallel {
-        d.b.par_chunks_exact(d.rank)
-            .zip(by_output.par_chunks_exact_mut(n))
-            .with_min_len(32)
-            .for_each(expand);
-    } else {
-        d.b.chunks_exact(d.rank)
-            .zip(by_output.chunks_exact_mut(n))
-            .for_each(expand);
-    }
-    for (o, column) in by_output.chunks_exact(n).enumerate() {
-        for (i, v) in column.iter().enumerate() {
-            y[i * out_width + d.offset + o] += v;
-        }
+        use rayon::prelude::*;
+        y.par_chunks_exact_mut(out_width).enumerate().for_each(apply);
     }
 }
 
