@@ -7,7 +7,7 @@
 //!     [--model NAME] [--endpoint completions|chat] [--num-prompts 64] [--max-concurrency 8]
 //!     [--request-rate R --seed S] [--input-len 128] [--output-len 128] [--range-ratio 0.0]
 //!     [--ignore-eos] [--dataset prompts.jsonl] [--scrape-metrics] [--scrape-hz 20]
-//!     [--output-json FILE]
+//!     [--body-cycle JSON] [--output-json FILE]
 //! ```
 //! With `--scrape-metrics` it reads the server's `/metrics` before and after and prints the
 //! server's own token counts and latency means beside the client's. With `--scrape-hz R` a
@@ -80,6 +80,21 @@ struct Args {
     scrape_hz: Option<f64>,
     #[arg(long)]
     output_json: Option<String>,
+    /// A JSON array of objects; request i's body takes the fields of element i mod its length,
+    /// e.g. a LoRA adapter per request: `[{"model":"a1"},{"model":"a2"},{}]` for kiln or vLLM,
+    /// `[{"lora":[{"id":0,"scale":1.0}]},{"lora":[]}]` for llama.cpp.
+    #[arg(long, value_parser = parse_body_cycle)]
+    body_cycle: Option<BodyCycle>,
+}
+
+/// `--body-cycle`'s objects.
+#[derive(Clone)]
+struct BodyCycle(Vec<serde_json::Map<String, Value>>);
+
+fn parse_body_cycle(text: &str) -> anyhow::Result<BodyCycle> {
+    let objects: Vec<serde_json::Map<String, Value>> = serde_json::from_str(text)?;
+    anyhow::ensure!(!objects.is_empty(), "--body-cycle needs at least one object");
+    Ok(BodyCycle(objects))
 }
 
 const WORDS: [&str; 16] = [
@@ -120,7 +135,12 @@ fn prompts(args: &Args, rng: &mut StdRng) -> anyhow::Result<Vec<(String, usize)>
         .collect())
 }
 
-fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt: &str, max_tokens: usize) -> Outcome {
+fn run_one(
+    client: &reqwest::blocking::Client,
+    args: &Args,
+    model: &str,
+    (index, prompt, max_tokens): (usize, &str, usize),
+) -> Outcome {
     let (path, mut body) = match args.endpoint {
         Endpoint::Completions => ("/v1/completions", json!({"prompt": prompt})),
         Endpoint::Chat => (
@@ -135,6 +155,11 @@ fn run_one(client: &reqwest::blocking::Client, args: &Args, model: &str, prompt:
     body["temperature"] = json!(0.0);
     if args.ignore_eos {
         body["ignore_eos"] = json!(true);
+    }
+    if let Some(BodyCycle(objects)) = &args.body_cycle {
+        for (key, value) in &objects[index % objects.len()] {
+            body[key] = value.clone();
+        }
     }
     stream_client::stream(client, &format!("{}{path}", args.server.base_url), &body)
 }
@@ -215,13 +240,14 @@ fn main() -> anyhow::Result<()> {
         let handles: Vec<_> = work
             .iter()
             .zip(&arrivals)
-            .map(|((prompt, max_tokens), at)| {
+            .enumerate()
+            .map(|(index, ((prompt, max_tokens), at))| {
                 let (client, args, model, bar, slots) = (&client, &args, &model, &bar, Arc::clone(&slots));
                 scope.spawn(move || {
                     let wait = Duration::from_secs_f64(*at).saturating_sub(start.elapsed());
                     std::thread::sleep(wait); // the arrival schedule, not synchronisation
                     slots.acquire();
-                    let outcome = run_one(client, args, model, prompt, *max_tokens);
+                    let outcome = run_one(client, args, model, (index, prompt, *max_tokens));
                     slots.release();
                     bar.inc(1);
                     outcome

@@ -153,26 +153,10 @@ fn text_access_lines_carry_the_ids_and_probes_are_logged_when_asked() {
 /// A request through a LoRA adapter names it (`lora_name`); one to the base model does not.
 #[test]
 fn a_request_through_an_adapter_names_it_in_its_access_line() {
-    let fixture = crate::arch_parity::fixture("llama");
-    let adapter = fixture.join("lora").join("all").display().to_string();
-    let mut launch = Launch {
-        model: Some(fixture.join("hf")),
-        ..Launch::default()
-    };
-    launch.args.extend([
-        "--enable-lora".into(),
-        "--lora-modules".into(),
-        format!("all={adapter}"),
-    ]);
-    let kiln = launch.arg("--log-format", "json").start();
-    let models: Value = kiln
-        .client
-        .get(kiln.url("/v1/models"))
-        .send()
-        .expect("models")
-        .json()
-        .expect("json");
-    let base = models["data"][0]["id"].as_str().expect("base").to_owned();
+    let kiln = crate::lora::launch_with_tiny_adapter()
+        .arg("--log-format", "json")
+        .start();
+    let base = crate::lora::served_base(&kiln);
     for (model, id) in [("all", "through-adapter"), (base.as_str(), "through-base")] {
         let resp = kiln
             .client

@@ -26,6 +26,32 @@ pub(crate) fn adapter_dir(arch: &str, name: &str) -> PathBuf {
     fixture(arch).join("lora").join(name)
 }
 
+/// The real `kiln` binary's launch on the tiny llama with its `all` adapter served as `all`.
+pub(crate) fn launch_with_tiny_adapter() -> crate::common::process::Launch {
+    let mut launch = crate::common::process::Launch {
+        model: Some(fixture("llama").join("hf")),
+        ..Default::default()
+    };
+    launch.args.extend([
+        "--enable-lora".into(),
+        "--lora-modules".into(),
+        format!("all={}", adapter_dir("llama", "all").display()),
+    ]);
+    launch
+}
+
+/// The base model's id as `/v1/models` lists it first.
+pub(crate) fn served_base(kiln: &crate::common::process::KilnProcess) -> String {
+    let models: Value = kiln
+        .client
+        .get(kiln.url("/v1/models"))
+        .send()
+        .expect("models")
+        .json()
+        .expect("json");
+    models["data"][0]["id"].as_str().expect("base").to_owned()
+}
+
 pub(crate) fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .expect("array")

@@ -13,7 +13,7 @@ use crate::common::wait::wait_for;
 use crate::common::{Tiny, start_model};
 
 fn adapter_path(name: &str) -> String {
-    fixture("llama").join("lora").join(name).display().to_string()
+    crate::lora::adapter_dir("llama", name).display().to_string()
 }
 
 fn served(c: &mut Config) {

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use crate::arch_parity::{fixture, read_reference};
 use crate::common::{Tiny, start_model};
 
+/// The tiny llama's adapter `name`.
 fn adapter_dir(name: &str) -> PathBuf {
-    fixture("llama").join("lora").join(name)
+    crate::lora::adapter_dir("llama", name)
 }
 
 pub(crate) fn runtime_lora(max_cpu_loras: usize, max_lora_rank: usize) -> impl FnOnce(&mut Config) {

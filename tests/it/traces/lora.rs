@@ -1,10 +1,10 @@
 //! A request through a LoRA adapter names it on its SERVER span (`kiln.lora.name`); one to
 //! the base model carries no such attribute.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Rotel, spans_of};
-use crate::common::process::{KilnProcess, Launch};
+use crate::common::process::KilnProcess;
 
 fn completion(kiln: &KilnProcess, model: &str, trace_id: &str) {
     let resp = kiln
@@ -22,21 +22,11 @@ fn completion(kiln: &KilnProcess, model: &str, trace_id: &str) {
 fn the_server_span_names_the_adapter_a_request_went_through() {
     let dir = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(dir.path(), false);
-    let fixture = crate::arch_parity::fixture("llama");
-    let adapter = fixture.join("lora").join("all").display().to_string();
-    let mut launch = Launch {
-        model: Some(fixture.join("hf")),
-        ..Launch::default()
-    };
-    launch.args.extend([
-        "--enable-lora".into(),
-        "--lora-modules".into(),
-        format!("all={adapter}"),
-    ]);
     let endpoint = format!("http://127.0.0.1:{}/v1/traces", rotel.port);
-    let kiln = launch.arg("--otlp-traces-endpoint", &endpoint).start();
-    let models: Value = kiln.client.get(kiln.url("/v1/models")).send().unwrap().json().unwrap();
-    let base = models["data"][0]["id"].as_str().expect("base").to_owned();
+    let kiln = crate::lora::launch_with_tiny_adapter()
+        .arg("--otlp-traces-endpoint", &endpoint)
+        .start();
+    let base = crate::lora::served_base(&kiln);
     let (through_adapter, through_base) = ("5".repeat(32), "6".repeat(32));
     completion(&kiln, "all", &through_adapter);
     completion(&kiln, &base, &through_base);
