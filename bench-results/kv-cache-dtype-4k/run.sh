@@ -1,7 +1,7 @@
 #!/bin/sh
 # Decode at 4,000 tokens of context, one stream, for each --kv-cache-dtype (issue 50.2).
 # bench_engine's --long-context case: the prompt is prefilled in chunks, then 32 decode steps
-# are timed. Run from the repository root after `source /work/env.sh` (KILN_TEST_MODEL).
+# are timed. Run from the repository root with KILN_TEST_MODEL set to the default model's GGUF.
 set -eu
 out=bench-results/kv-cache-dtype-4k
 bin=target/release/examples/bench_engine

@@ -34,11 +34,40 @@ impl KvElem for f32 {
 }
 
 impl KvElem for f16 {
-    /// Eight at a time with F16C where this CPU has it (detected at run time by `half`),
-    /// else the portable conversion.
+    /// One F16C loop over the row where this CPU has it, else the portable conversion.
+    /// (`half`'s slice conversion calls a function through a pointer for every eight values,
+    /// which at 4k context made float16 the slowest cache dtype.)
     #[inline(always)]
     fn widen_into(src: &[f16], dst: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: this CPU has F16C (checked above).
+            unsafe { widen_f16c(src, dst) };
+            return;
+        }
         src.convert_to_f32_slice(dst);
+    }
+}
+
+/// `dst ← src` widened, eight values an instruction.
+///
+/// # Safety
+/// The CPU must support F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "f16c,avx")]
+unsafe fn widen_f16c(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
+    let n = src.len().min(dst.len());
+    let whole = n / 8 * 8;
+    for i in (0..whole).step_by(8) {
+        // SAFETY: i + 8 <= n, within both slices; unaligned loads and stores.
+        unsafe {
+            let halves = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(halves));
+        }
+    }
+    for (d, s) in dst[whole..n].iter_mut().zip(&src[whole..n]) {
+        *d = s.to_f32();
     }
 }
 
