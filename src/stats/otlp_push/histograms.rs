@@ -6,7 +6,7 @@
 //! at the last export (native buckets: that copy first reduced to the current schema).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use opentelemetry_proto::tonic::common::v1::KeyValue as ProtoKeyValue;
 use opentelemetry_proto::tonic::metrics::v1::exponential_histogram_data_point::Buckets;

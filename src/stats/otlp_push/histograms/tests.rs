@@ -1,6 +1,8 @@
 //! The store's series as OTLP points: bucket mapping, exemplars, deltas and a schema reduced
 //! between two exports. The same conversion against real receivers: `tests/it/otlp/`.
 
+use std::sync::Arc;
+
 use opentelemetry::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{ExponentialHistogramDataPoint, HistogramDataPoint};
 
