@@ -9,23 +9,24 @@
 //!     [--observations 2000000] [--per-step 512] [--repeats 5] [--traced-every 0] \
 //!     [--push none|explicit|exponential] [--output-json FILE]
 //! ```
-//! The push reader is the SDK's `ManualReader` (never collected during the run): it holds the
-//! same per-reader aggregation as the periodic OTLP reader, without a collector.
+//! The push reader is kiln's OTLP reader (`build_otlp_reader`) pointed at a closed port with
+//! an hour's interval: never collected during the run, it reads the histograms from the
+//! store at export time, so recording costs what it costs without push.
 
 #[path = "common/cpu_info.rs"]
 mod cpu_info;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::Actor;
 use clap::Parser;
 use kiln::engine::trace_context::TraceContext;
+use kiln::otlp::{OtlpConfig, OtlpProtocol};
 use kiln::stats::actor::{RecordStep, StatsActor, StatsActorConfig};
 use kiln::stats::data::{IterationStats, Observation, SchedulerStats};
 use kiln::stats::exporter::{TelemetryConfig, build_telemetry_with_readers};
+use kiln::stats::otlp_push::build_otlp_reader;
 use kiln::stats::push_histograms::HistogramAggregation;
-use opentelemetry_sdk::metrics::ManualReader;
-use opentelemetry_sdk::metrics::reader::MetricReader;
 use serde_json::json;
 
 #[derive(Parser)]
@@ -100,16 +101,19 @@ fn run(args: &Args, enabled: bool) -> f64 {
         },
         ..TelemetryConfig::default()
     };
-    let readers: Vec<Box<dyn MetricReader>> = match args.push {
+    let readers = match args.push {
         Push::None => Vec::new(),
-        _ => vec![Box::new(ManualReader::builder().build())],
+        _ => {
+            let mut otlp = OtlpConfig::new("http://127.0.0.1:9/v1/metrics", OtlpProtocol::HttpProtobuf);
+            otlp.interval = Duration::from_secs(3600);
+            otlp.timeout = Duration::from_millis(200);
+            vec![build_otlp_reader(&otlp, Default::default()).expect("the reader builds")]
+        }
     };
     let telemetry = build_telemetry_with_readers(&cfg, readers).expect("telemetry builds");
     let steps = steps(args);
     let seconds = actix::System::new().block_on(async {
-        let stats = StatsActor::new(telemetry.instruments.clone(), StatsActorConfig { log_interval: None })
-            .with_push_instruments(telemetry.push_instruments())
-            .start();
+        let stats = StatsActor::new(telemetry.instruments.clone(), StatsActorConfig { log_interval: None }).start();
         let start = Instant::now();
         // `do_send` queues past the mailbox's capacity, as the scheduler's sends do; the
         // mailbox is FIFO, so the answer to the last step comes after every step is recorded.

@@ -128,6 +128,25 @@ pub fn signal_config_from_lookup(
     finish(cfg)
 }
 
+/// The headers the SDK's own exporters read from the environment when built
+/// (`OTEL_EXPORTER_OTLP_{SIGNAL}_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`), under `cfg`'s
+/// own (which win, name for name): kiln's exporter sends what theirs sent.
+pub(crate) fn with_env_headers(cfg: &OtlpConfig, signal: OtlpSignal) -> Result<OtlpConfig, OtlpError> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let found = [signal.var("HEADERS"), "OTEL_EXPORTER_OTLP_HEADERS"]
+        .into_iter()
+        .find_map(|name| var(name).map(|v| (name, v)));
+    let mut out = cfg.clone();
+    let Some((name, value)) = found else {
+        return Ok(out);
+    };
+    out.headers = parse_headers(name, value.trim())?;
+    for (key, value) in &cfg.headers {
+        out.set_header(key, value.clone());
+    }
+    Ok(out)
+}
+
 fn finish(cfg: OtlpConfig) -> Result<Option<OtlpConfig>, OtlpError> {
     if cfg.endpoint.is_empty() {
         return Err(OtlpError::NoEndpoint);

@@ -1,7 +1,8 @@
 //! OTLP, the transport kiln's metric push (`stats::otlp_push`) and span export
 //! (`traces::export`) share: the endpoint, protocol, headers, interval, timeout and temporality
 //! (`OtlpConfig`), the standard `OTEL_EXPORTER_OTLP_*` variables (`env`), the HTTP client or
-//! grpc runtime an exporter runs on (`transport`), and the rate-limited failure warnings.
+//! grpc runtime an exporter runs on (`transport`), the metrics request's sender
+//! (`metrics_sender`), and the rate-limited failure warnings.
 //!
 //! Env notes: the exporters themselves also read `OTEL_EXPORTER_OTLP_COMPRESSION` (gzip/zstd
 //! are not compiled in, so it is ignored) and re-read the headers variables; kiln's
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 mod env;
 mod failure_log;
+pub(crate) mod metrics_sender;
 pub(crate) mod transport;
 
 pub use env::{

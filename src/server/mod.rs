@@ -242,9 +242,7 @@ async fn start_on<E: Executor>(
     let stats_config = StatsActorConfig {
         log_interval: Some(Duration::from_secs_f64(config.telemetry.log_interval_s)),
     };
-    let stats = StatsActor::new(telemetry.instruments.clone(), stats_config)
-        .with_push_instruments(telemetry.push_instruments())
-        .start();
+    let stats = StatsActor::new(telemetry.instruments.clone(), stats_config).start();
     for (index, engine) in health.engines().iter().enumerate() {
         spawn_step_watchdog(
             index,

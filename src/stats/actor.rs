@@ -78,9 +78,6 @@ impl Default for StatsActorConfig {
 pub struct StatsActor {
     /// `None` when telemetry is disabled: nothing is recorded.
     instruments: Option<Arc<Instruments>>,
-    /// The push side's own copy (exponential OTLP histograms, recorded in the SDK), recorded
-    /// alike.
-    push: Option<Arc<Instruments>>,
     /// One per engine, so each engine's throughput gauges are its own.
     throughput: Vec<ThroughputLog>,
     config: StatsActorConfig,
@@ -90,21 +87,14 @@ impl StatsActor {
     pub fn new(instruments: Option<Arc<Instruments>>, config: StatsActorConfig) -> Self {
         Self {
             instruments,
-            push: None,
             throughput: vec![ThroughputLog::new(Instant::now())],
             config,
         }
     }
 
-    /// Also records into `push` (`Telemetry::push_instruments`), when there is one.
-    pub fn with_push_instruments(mut self, push: Option<Arc<Instruments>>) -> Self {
-        self.push = push;
-        self
-    }
-
-    /// Every instrument set a fact is recorded into.
+    /// The instruments a fact is recorded into (none with telemetry off).
     fn all(&self) -> impl Iterator<Item = &Instruments> {
-        self.instruments.iter().chain(self.push.iter()).map(|i| &**i)
+        self.instruments.iter().map(|i| &**i)
     }
 
     /// Closes a throughput interval of every engine: sets its gauges, logs unless idle.

@@ -23,9 +23,6 @@ pub struct InstrumentsConfig<'a> {
     pub mfu_metrics: bool,
     /// Engines (`--data-parallel-size`): each engine family has a series per engine.
     pub engines: usize,
-    /// The OTLP push side's copy of the instruments: its histograms are SDK instruments (the
-    /// push readers export only what the SDK recorded), its store records nothing.
-    pub sdk_histograms: bool,
 }
 
 /// Builds instruments named under one prefix: the engine prefix, or none ([`Self::unprefixed`])
@@ -136,21 +133,13 @@ impl<'a> InstrumentBuilder<'a> {
     }
 
     /// The one place a histogram is built: its family in the store, its series declared at
-    /// zero where this builder knows their labels, and (push copy only) its SDK instrument.
+    /// zero where this builder knows their labels.
     fn histogram<T: Observed>(&self, s: Spec, bounds: &[f64], native: bool) -> Histogram<T> {
         let name = self.name(&s);
         let family = ExemplarHistogram::described(&name, s.unit, s.description, bounds.to_vec(), native);
         for labels in self.initial.unwrap_or_default() {
             self.store.declare(&family, labels);
         }
-        let sdk = self.cfg.sdk_histograms.then(|| {
-            self.meter
-                .f64_histogram(name)
-                .with_unit(s.unit)
-                .with_description(s.description)
-                .with_boundaries(bounds.to_vec())
-                .build()
-        });
-        Histogram::new(family, self.store.clone(), sdk)
+        Histogram::new(family, self.store.clone())
     }
 }

@@ -1,11 +1,9 @@
 //! Wires the telemetry to Prometheus: one `SdkMeterProvider` (counters and gauges), read on
 //! demand by the `opentelemetry-prometheus` collector, and the `HistogramStore` (every
 //! histogram) as a collector of its own, both in one `prometheus::Registry` (plus the process
-//! collector), rendered by `render_metrics` for `GET /metrics`. Push readers (OTLP) join
-//! through `build_telemetry_with_readers`: explicit-bucket push shares the provider, and its
-//! histograms are then SDK instruments too (the push reader exports only what the SDK
-//! recorded), left out of `/metrics`, which reads the store; exponential push gets a provider
-//! and a copy of the instruments of its own (`push_histograms`).
+//! collector), rendered by `render_metrics` for `GET /metrics`. OTLP push readers join
+//! through `build_telemetry_with_readers`: they share the provider (counters and gauges) and
+//! read the same store for the histograms (`otlp_push`), so nothing is recorded twice.
 
 use std::sync::Arc;
 
@@ -14,7 +12,6 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkError;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use opentelemetry_sdk::metrics::reader::MetricReader;
 use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +21,7 @@ use super::builder::InstrumentsConfig;
 use super::exposition::{ExpositionFormat, encode};
 use super::histogram_store::{HistogramSnapshot, HistogramStore, StoreCollector};
 use super::instruments::Instruments;
-use super::push_histograms::{HistogramAggregation, PushTelemetry, exponential_view};
+use super::push_histograms::{HistogramAggregation, PushReader, PushedHistograms};
 use super::service_resource::service_resource;
 
 /// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
@@ -131,8 +128,6 @@ pub struct Telemetry {
     pub provider: Option<SdkMeterProvider>,
     pub instruments: Option<Arc<Instruments>>,
     pub exemplars: Arc<HistogramStore>,
-    /// Push readers on a provider of their own, with their own instruments.
-    pub push: Option<PushTelemetry>,
 }
 
 impl Telemetry {
@@ -144,15 +139,10 @@ impl Telemetry {
         Ok(())
     }
 
-    /// Every meter provider: observable instruments (export counters, engine health) are
-    /// registered on each, so push sees them too.
+    /// The meter provider, if telemetry is on: observable instruments (export counters,
+    /// engine health) are registered on it, and push readers read it.
     pub fn providers(&self) -> impl Iterator<Item = &SdkMeterProvider> {
-        self.provider.iter().chain(self.push.as_ref().map(|p| &p.provider))
-    }
-
-    /// The push side's own instruments, when push is on.
-    pub fn push_instruments(&self) -> Option<Arc<Instruments>> {
-        self.push.as_ref().map(|p| Arc::clone(&p.instruments))
+        self.provider.iter()
     }
 }
 
@@ -161,12 +151,11 @@ pub fn build_telemetry(cfg: &TelemetryConfig) -> Result<Telemetry, TelemetryErro
     build_telemetry_with_readers(cfg, Vec::new())
 }
 
-/// Builds the provider with the Prometheus reader, the histogram store's collector, and the
-/// push provider with `push_readers` — the place for the OTLP `PeriodicReader`
-/// (`Box::new(PeriodicReader::builder(otlp_exporter).build())`).
+/// Builds the provider with the Prometheus reader and `push_readers` (`build_otlp_reader`),
+/// and the histogram store's collector; the push readers read the histograms from the store.
 pub fn build_telemetry_with_readers(
     cfg: &TelemetryConfig,
-    push_readers: Vec<Box<dyn MetricReader>>,
+    push_readers: Vec<Box<dyn PushReader>>,
 ) -> Result<Telemetry, TelemetryError> {
     let registry = Registry::new();
     if !cfg.enabled {
@@ -175,13 +164,12 @@ pub fn build_telemetry_with_readers(
             provider: None,
             instruments: None,
             exemplars: Arc::default(),
-            push: None,
         });
     }
     validate(cfg)?;
 
-    // The SDK's families reach `/metrics` through `SdkWithoutHistograms`: its histograms (the
-    // explicit push's) are the store's to expose.
+    // The SDK's families reach `/metrics` through `SdkWithoutHistograms`: histograms are the
+    // store's to expose.
     let sdk_registry = Registry::new();
     let prometheus_reader = opentelemetry_prometheus::exporter()
         .with_registry(sdk_registry.clone())
@@ -194,52 +182,33 @@ pub fn build_telemetry_with_readers(
 
     registry.register(Box::new(SdkWithoutHistograms::new(sdk_registry)))?;
 
-    let exponential = cfg.push_histograms == HistogramAggregation::Exponential && !push_readers.is_empty();
-    let (shared_readers, push) = if exponential {
-        (Vec::new(), Some(push_provider(cfg, push_readers)))
-    } else {
-        (push_readers, None)
-    };
-    let sdk_histograms = !shared_readers.is_empty();
+    // Shared: the provider holds each reader, and the store is handed to it once built.
+    let push_readers: Vec<Arc<dyn PushReader>> = push_readers.into_iter().map(Arc::from).collect();
     let mut builder = SdkMeterProvider::builder()
         .with_resource(resource(cfg))
         .with_reader(prometheus_reader);
-    for reader in shared_readers {
-        builder = builder.with_reader(BoxedReader(reader));
+    for reader in &push_readers {
+        builder = builder.with_reader(BoxedReader(reader.clone()));
     }
     let provider = builder.build();
-    let instruments = instruments_on(&provider, cfg, sdk_histograms);
+    let instruments = instruments_on(&provider, cfg);
+    for reader in &push_readers {
+        reader.read_histograms_from(PushedHistograms {
+            store: instruments.exemplar_store.clone(),
+            aggregation: cfg.push_histograms,
+        });
+    }
     registry.register(Box::new(StoreCollector::new(instruments.exemplar_store.clone())))?;
     Ok(Telemetry {
         registry,
         provider: Some(provider),
         exemplars: instruments.exemplar_store.clone(),
         instruments: Some(Arc::new(instruments)),
-        push,
     })
 }
 
-/// The push readers on a provider of their own whose histograms are exponential (see
-/// `push_histograms`), with their own instruments, whose histograms are SDK instruments.
-fn push_provider(cfg: &TelemetryConfig, readers: Vec<Box<dyn MetricReader>>) -> PushTelemetry {
-    let mut builder = SdkMeterProvider::builder()
-        .with_resource(resource(cfg))
-        .with_view(exponential_view);
-    for reader in readers {
-        builder = builder.with_reader(BoxedReader(reader));
-    }
-    let provider = builder.build();
-    let instruments = instruments_on(&provider, cfg, true);
-    // `/metrics` reads the main set's store; this copy records its histograms in the SDK.
-    instruments.exemplar_store.stop_recording();
-    PushTelemetry {
-        provider,
-        instruments: Arc::new(instruments),
-    }
-}
-
-/// The SDK's families as its Prometheus exporter writes them, less the histograms: with
-/// explicit push on, the SDK records them for the push reader only.
+/// The SDK's families as its Prometheus exporter writes them, less any histogram (none is
+/// an SDK instrument; kept as a guard so `/metrics` never shows one twice).
 struct SdkWithoutHistograms {
     sdk: Registry,
     desc: prometheus::core::Desc,
@@ -270,9 +239,8 @@ impl prometheus::core::Collector for SdkWithoutHistograms {
     }
 }
 
-/// The instruments on `provider`'s meter, every series created at its start value; their
-/// histograms SDK instruments too where a push reader shares `provider`.
-fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig, sdk_histograms: bool) -> Instruments {
+/// The instruments on `provider`'s meter, every series created at its start value.
+fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig) -> Instruments {
     let meter = provider.meter(METER_NAME);
     let instruments = Instruments::new(
         &meter,
@@ -283,7 +251,6 @@ fn instruments_on(provider: &SdkMeterProvider, cfg: &TelemetryConfig, sdk_histog
             kv_cache_metrics: cfg.kv_cache_metrics,
             mfu_metrics: cfg.mfu_metrics,
             engines: cfg.engines,
-            sdk_histograms,
         },
     );
     for engine in &instruments.engines {
@@ -434,9 +401,6 @@ mod tests {
     use super::*;
     use crate::engine::types::FinishReason;
     use crate::stats::data::{IterationStats, SchedulerStats};
-
-    use opentelemetry_sdk::metrics::ManualReader;
-    use opentelemetry_sdk::metrics::data::ResourceMetrics;
 
     const GAUGES: &[&str] = &[
         "num_requests_running",
@@ -629,62 +593,5 @@ mod tests {
         cfg.buckets.ttft = vec![1.0, 1.0];
         let err = build_telemetry(&cfg).err().unwrap();
         assert_eq!(err.to_string(), "telemetry.buckets.ttft is not strictly increasing");
-    }
-
-    #[test]
-    fn push_readers_see_the_same_instruments() {
-        // An Arc: the test still collects from the reader it handed to the provider.
-        let shared = BoxedReader(Arc::new(ManualReader::builder().build()));
-        let t = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
-        let mut rm = ResourceMetrics::default();
-        shared.collect(&mut rm).unwrap();
-        let names: Vec<String> = rm
-            .scope_metrics()
-            .flat_map(|s| s.metrics().map(|m| m.name().to_owned()))
-            .collect();
-        assert!(names.iter().any(|n| n == "vllm:num_requests_running"), "{names:?}");
-        t.shutdown().unwrap();
-    }
-
-    /// With explicit push sharing the provider, the SDK records the histograms for the push
-    /// reader, and `/metrics` still shows each histogram once, from the store.
-    #[test]
-    fn a_shared_push_reader_gets_sdk_histograms_and_metrics_shows_the_stores_once() {
-        use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-        let shared = BoxedReader(Arc::new(ManualReader::builder().build()));
-        let t = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared.clone())]).unwrap();
-        let (s, i) = busy_step();
-        t.instruments.as_ref().unwrap().record_step_for_test(&s, &i);
-        let text = render_metrics(&t.registry).unwrap();
-        for name in HISTOGRAMS {
-            let header = format!("# TYPE vllm:{name} histogram\n");
-            assert_eq!(text.matches(&header).count(), 1, "{header}");
-        }
-        let count = "vllm:time_to_first_token_seconds_count";
-        assert_eq!(value(&text, count, &[("engine", "0")]), Some(1.0));
-        let mut rm = ResourceMetrics::default();
-        shared.collect(&mut rm).unwrap();
-        let ttft = rm
-            .scope_metrics()
-            .flat_map(|s| s.metrics())
-            .find(|m| m.name() == "vllm:time_to_first_token")
-            .expect("the push reader sees the SDK histogram");
-        let AggregatedMetrics::F64(MetricData::Histogram(h)) = ttft.data() else {
-            panic!("not an f64 histogram");
-        };
-        assert_eq!(h.data_points().map(|p| p.count()).sum::<u64>(), 1);
-        t.shutdown().unwrap();
-    }
-
-    #[test]
-    fn without_push_a_histogram_is_recorded_in_the_store_only() {
-        let t = build_telemetry(&config("vllm:")).unwrap();
-        let engine = &t.instruments.as_ref().unwrap().engine;
-        assert!(!engine.time_to_first_token.in_sdk());
-        assert!(!engine.request_prompt_tokens.in_sdk());
-        let shared = BoxedReader(Arc::new(ManualReader::builder().build()));
-        let pushed = build_telemetry_with_readers(&config("vllm:"), vec![Box::new(shared)]).unwrap();
-        assert!(pushed.instruments.as_ref().unwrap().engine.time_to_first_token.in_sdk());
-        pushed.shutdown().unwrap();
     }
 }

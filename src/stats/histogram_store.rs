@@ -19,9 +19,9 @@
 //! - Every reader of a provider aggregates separately: one `record` on an instrument with the
 //!   Prometheus and an OTLP reader updates two aggregators.
 //!
-//! So histograms are not SDK instruments here; counters and gauges are. With OTLP push on,
-//! the push side's copy of the instruments still records its histograms in the SDK
-//! ([`Histogram`] with an SDK instrument, its store stopped); `/metrics` never reads those.
+//! So histograms are not SDK instruments here; counters and gauges are. OTLP push reads this
+//! store too ([`HistogramStore::export`]): kiln's own metric exporter appends its series to the
+//! SDK's counters and gauges (`otlp_push`), so one observation is one recording in every setup.
 //!
 //! Recording finds a series by hashing the attributes as given (no allocation, no string
 //! building); the exposed key is built once per series. Memory is fixed by label cardinality:
@@ -36,7 +36,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use opentelemetry::metrics::Histogram as SdkHistogram;
 use opentelemetry::{KeyValue, Value};
 use prometheus::proto::LabelPair;
 
@@ -57,6 +56,9 @@ pub struct Exemplar {
 #[derive(Debug, Clone)]
 pub struct ExemplarHistogram {
     family: Arc<str>,
+    /// The instrument's name and unit as declared (what OTLP push sends).
+    name: Arc<str>,
+    unit: Arc<str>,
     help: Arc<str>,
     bounds: Arc<[f64]>,
     native: bool,
@@ -81,6 +83,8 @@ impl ExemplarHistogram {
         }
         Self {
             family: family.into(),
+            name: name.into(),
+            unit: unit.into(),
             help: help.into(),
             bounds: bounds.into(),
             native,
@@ -89,6 +93,24 @@ impl ExemplarHistogram {
 
     pub fn family(&self) -> &str {
         &self.family
+    }
+
+    /// The declared name, e.g. `vllm:time_to_first_token` (the exposed family adds `_seconds`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn unit(&self) -> &str {
+        &self.unit
+    }
+
+    pub fn help(&self) -> &str {
+        &self.help
+    }
+
+    /// The classic buckets' upper bounds, `+Inf` left out.
+    pub fn bounds(&self) -> &[f64] {
+        &self.bounds
     }
 }
 
@@ -101,6 +123,11 @@ pub struct ClassicBuckets {
 }
 
 impl ClassicBuckets {
+    /// Buckets made of their parts (a delta between two copies of a series).
+    pub(crate) fn from_parts(counts: Vec<u64>, sum: f64, count: u64) -> Self {
+        Self { counts, sum, count }
+    }
+
     /// Observations per bucket, the last one `+Inf` (not cumulative).
     pub fn counts(&self) -> &[u64] {
         &self.counts
@@ -131,6 +158,11 @@ impl SeriesExemplars {
             self.bounds.iter().position(|b| *b == le)?
         };
         self.slots.get(index)?.as_ref()
+    }
+
+    /// Each classic bucket's exemplar, the last one `+Inf`'s.
+    pub fn slots(&self) -> &[Option<Exemplar>] {
+        &self.slots
     }
 
     /// Index of the bucket `value` lands in: the first bound ≥ value, else `+Inf`.
@@ -175,12 +207,22 @@ impl HistogramSnapshot {
     }
 }
 
-/// One series: its family, its exposed key and its state.
+/// One series: its family, its exposed key, its attributes as first recorded, and its state.
 #[derive(Debug)]
 struct RecordedSeries {
     histogram: ExemplarHistogram,
     key: LabelKey,
+    attributes: Vec<KeyValue>,
     state: SeriesState,
+}
+
+/// One series as OTLP push reads it: its family, its attributes (names as recorded, not
+/// sanitized) and a copy of its state.
+#[derive(Debug, Clone)]
+pub struct ExportedSeries {
+    pub histogram: ExemplarHistogram,
+    pub attributes: Vec<KeyValue>,
+    pub state: SeriesState,
 }
 
 /// A way one series is recorded: its family and attributes in the caller's order (two orders
@@ -203,21 +245,12 @@ struct Inner {
 }
 
 /// Shared between the stats actor (writes) and `/metrics` (gathers and snapshots).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct HistogramStore {
     inner: Mutex<Inner>,
-    /// Off for a store nobody reads (the push side's copy of the instruments, which records
-    /// in the SDK): recording into it does nothing.
-    recording: AtomicBool,
-}
-
-impl Default for HistogramStore {
-    fn default() -> Self {
-        Self {
-            inner: Mutex::default(),
-            recording: AtomicBool::new(true),
-        }
-    }
+    /// On with exponential OTLP push: every family keeps native buckets (pushed as
+    /// exponential points), not only the latency ones (`/metrics` still shows only theirs).
+    native_for_all: AtomicBool,
 }
 
 impl HistogramStore {
@@ -227,9 +260,9 @@ impl HistogramStore {
         self.series_mut(histogram, labels, |_| ());
     }
 
-    /// Makes every later `record` a no-op: for a store no reader snapshots.
-    pub(super) fn stop_recording(&self) {
-        self.recording.store(false, Ordering::Relaxed);
+    /// Keeps native buckets for every family from now on (exponential OTLP push).
+    pub(crate) fn keep_native_for_all(&self) {
+        self.native_for_all.store(true, Ordering::Relaxed);
     }
 
     /// Runs `f` on the state of `histogram`'s series with `labels`, created empty if new.
@@ -257,6 +290,7 @@ impl HistogramStore {
                     series.push(RecordedSeries {
                         histogram: histogram.clone(),
                         key,
+                        attributes: labels.to_vec(),
                         state: SeriesState {
                             classic: ClassicBuckets {
                                 counts: vec![0; histogram.bounds.len() + 1],
@@ -286,10 +320,10 @@ impl HistogramStore {
     /// attributes the observation was recorded with), and for a latency histogram to its
     /// native buckets and, for a traced observation, as the exemplar of its classic bucket.
     pub fn record(&self, histogram: &ExemplarHistogram, labels: &[KeyValue], value: f64, trace: Option<TraceContext>) {
-        if !self.recording.load(Ordering::Relaxed) || value.is_nan() {
+        if value.is_nan() {
             return;
         }
-        let native = histogram.native;
+        let native = histogram.native || self.native_for_all.load(Ordering::Relaxed);
         self.series_mut(histogram, labels, |series| Self::observe(series, value, native, trace));
     }
 
@@ -328,6 +362,20 @@ impl HistogramStore {
         }
         snapshot
     }
+
+    /// A copy of every series, in the order they were created, for an OTLP export.
+    pub fn export(&self) -> Vec<ExportedSeries> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .series
+            .iter()
+            .map(|s| ExportedSeries {
+                histogram: s.histogram.clone(),
+                attributes: s.attributes.clone(),
+                state: s.state.clone(),
+            })
+            .collect()
+    }
 }
 
 /// The index hash of one series as recorded: its family and its attributes in order. Values
@@ -365,21 +413,18 @@ impl Observed for f64 {
     }
 }
 
-/// A histogram recorded once, in the store (`/metrics` reads it there). The push side's copy
-/// (with OTLP push on) records in an SDK instrument instead, its store stopped.
+/// A histogram recorded once, in the store (`/metrics` and OTLP push read it there).
 pub struct Histogram<T> {
     family: ExemplarHistogram,
     store: Arc<HistogramStore>,
-    sdk: Option<SdkHistogram<f64>>,
     value: PhantomData<fn(T)>,
 }
 
 impl<T: Observed> Histogram<T> {
-    pub fn new(family: ExemplarHistogram, store: Arc<HistogramStore>, sdk: Option<SdkHistogram<f64>>) -> Self {
+    pub fn new(family: ExemplarHistogram, store: Arc<HistogramStore>) -> Self {
         Self {
             family,
             store,
-            sdk,
             value: PhantomData,
         }
     }
@@ -388,16 +433,7 @@ impl<T: Observed> Histogram<T> {
         self.record_traced(value.as_f64(), labels, None);
     }
 
-    /// Whether an SDK instrument records it too (the push side's).
-    #[cfg(test)]
-    pub(crate) fn in_sdk(&self) -> bool {
-        self.sdk.is_some()
-    }
-
     fn record_traced(&self, value: f64, labels: &[KeyValue], trace: Option<TraceContext>) {
-        if let Some(sdk) = &self.sdk {
-            sdk.record(value, labels);
-        }
         self.store.record(&self.family, labels, value, trace);
     }
 }
@@ -413,11 +449,6 @@ impl LatencyHistogram {
 
     pub fn record(&self, value: f64, labels: &[KeyValue], trace: Option<TraceContext>) {
         self.0.record_traced(value, labels, trace);
-    }
-
-    #[cfg(test)]
-    pub(crate) fn in_sdk(&self) -> bool {
-        self.0.in_sdk()
     }
 }
 
@@ -503,7 +534,7 @@ mod tests {
     }
 
     #[test]
-    fn one_series_whatever_the_attribute_order_and_a_stopped_store_records_nothing() {
+    fn one_series_whatever_the_attribute_order() {
         let store = HistogramStore::default();
         let h = ExemplarHistogram::new("vllm:ttft", "s", vec![1.0]);
         let (m, e) = (KeyValue::new("model_name", "m"), KeyValue::new("engine", "0"));
@@ -521,10 +552,12 @@ mod tests {
         assert_eq!(state.exemplars.for_bucket(1.0).map(|x| x.trace), Some(trace(5)));
         let ok = snapshot.series("vllm:ttft_seconds", &[label("code", "200")]).unwrap();
         assert_eq!(ok.native.count(), 1);
-        store.stop_recording();
-        store.record(&h, &[m, e], 0.5, None);
-        let after = store.snapshot();
-        assert_eq!(after.series("vllm:ttft_seconds", &key).unwrap().native.count(), 3);
+        // The push copy keeps the attributes as first recorded, names unsanitized.
+        let exported = store.export();
+        assert_eq!(exported.len(), 3);
+        assert_eq!(exported[0].attributes, [m, e]);
+        assert_eq!(exported[0].histogram.name(), "vllm:ttft");
+        assert_eq!(exported[0].state.classic.count(), 3);
     }
 
     #[test]

@@ -124,6 +124,35 @@ impl NativeBuckets {
         self.positive.iter().map(|(i, c)| (*i, *c))
     }
 
+    /// The populated negative buckets (of `-value`), `(index, count)` in order.
+    pub fn negative_buckets(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
+        self.negative.iter().map(|(i, c)| (*i, *c))
+    }
+
+    /// What was observed since `earlier`, a copy of this series taken before (a delta OTLP
+    /// export). `earlier` is first reduced to this schema (a reduction since then merged
+    /// buckets), so every bucket of the difference is one of this series' buckets.
+    pub fn since(&self, earlier: &NativeBuckets) -> NativeBuckets {
+        let mut before = earlier.clone();
+        while before.schema > self.schema {
+            before.halve_resolution();
+        }
+        let minus = |now: &BTreeMap<i32, u64>, then: &BTreeMap<i32, u64>| {
+            now.iter()
+                .map(|(i, c)| (*i, c.saturating_sub(then.get(i).copied().unwrap_or(0))))
+                .filter(|(_, c)| *c > 0)
+                .collect()
+        };
+        NativeBuckets {
+            schema: self.schema,
+            zero_count: self.zero_count.saturating_sub(before.zero_count),
+            positive: minus(&self.positive, &before.positive),
+            negative: minus(&self.negative, &before.negative),
+            count: self.count.saturating_sub(before.count),
+            sum: self.sum - before.sum,
+        }
+    }
+
     /// One schema coarser: bucket `i` becomes `ceil(i / 2)`, which covers it exactly.
     fn halve_resolution(&mut self) {
         for side in [&mut self.positive, &mut self.negative] {
@@ -247,6 +276,39 @@ mod tests {
         assert_eq!(h.negative().deltas, vec![1]);
         h.observe(f64::NAN);
         assert_eq!(h.count(), 8, "NaN is not an observation");
+    }
+
+    #[test]
+    fn a_delta_is_what_came_since_even_across_a_reduction() {
+        let mut h = NativeBuckets::default();
+        for v in [1.0, 1.05, 2.0, 0.0] {
+            h.observe(v);
+        }
+        let earlier = h.clone();
+        h.observe(2.0);
+        h.observe(1.05);
+        let d = h.since(&earlier);
+        assert_eq!((d.count(), d.zero_count(), d.schema()), (2, 0, 3));
+        assert!((d.sum() - 3.05).abs() < 1e-12);
+        assert_eq!(d.positive_buckets().collect::<Vec<_>>(), [(1, 1), (8, 1)]);
+        // Enough new buckets to reduce the schema: the earlier copy is reduced first.
+        for i in -200..200 {
+            h.observe(2f64.powf((f64::from(i) - 0.5) / 8.0));
+        }
+        assert!(h.schema() < 3);
+        let d = h.since(&earlier);
+        assert_eq!(d.schema(), h.schema());
+        assert_eq!(d.count(), 402);
+        assert_eq!(d.positive_buckets().map(|(_, c)| c).sum::<u64>(), 402);
+        let mut merged = earlier.clone();
+        while merged.schema() > h.schema() {
+            merged.halve_resolution();
+        }
+        for (i, c) in h.positive_buckets() {
+            let before = merged.positive.get(&i).copied().unwrap_or(0);
+            let delta = d.positive.get(&i).copied().unwrap_or(0);
+            assert_eq!(before + delta, c, "bucket {i}");
+        }
     }
 
     #[test]

@@ -2,35 +2,21 @@
 //! (`--otlp-histogram-aggregation exponential`, or the standard
 //! `OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=base2_exponential_bucket_histogram`).
 //!
-//! The SDK picks a histogram's aggregation per meter provider, not per reader, and the
-//! Prometheus exporter drops exponential histograms. So when push wants them, push gets a
-//! provider of its own (the OTLP readers and a view that makes every histogram exponential)
-//! with its own copy of the instruments, which the stats actor records into beside the
-//! Prometheus ones: `/metrics` stays exactly as it was, and both sides see the same
-//! observations, so their counts and sums agree.
-//!
-//! The copy is an SDK limit (0.33), not a choice: aggregation is per provider, and a histogram
-//! kiln aggregates itself (`HistogramStore`'s native buckets are the same base-2 exponential
-//! buckets, schema = OTLP scale) cannot be handed to the SDK's OTLP reader (no public
-//! `MetricProducer`, no constructible data points). The copy's histograms are SDK instruments
-//! and its own `HistogramStore` records nothing; the main set's histograms live in the store
-//! only (`/metrics` reads it), so an observation is recorded twice here, once per side.
-//! docs/09 has the plan that removes the copy.
+//! The exporter reads the same record `/metrics` reads, `HistogramStore`: with exponential
+//! push, every family keeps native buckets there (not only the latency ones) and is pushed as
+//! an `ExponentialHistogram` at the store's schema (OTLP scale); `/metrics` is unchanged.
+//! Before issue 48 this needed a second meter provider and a copy of every instrument (the
+//! SDK picks a histogram's aggregation per provider, not per reader); docs/09 has the story.
 
 use std::str::FromStr;
 use std::sync::Arc;
 
-use opentelemetry_sdk::metrics::{Aggregation, Instrument, InstrumentKind, SdkMeterProvider, Stream};
+use opentelemetry_sdk::metrics::reader::MetricReader;
 
-use super::instruments::Instruments;
+use super::histogram_store::HistogramStore;
 
 /// The standard variable (OpenTelemetry's OTLP exporter specification).
 pub const DEFAULT_HISTOGRAM_AGGREGATION_VAR: &str = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION";
-
-/// The specification's defaults for the exponential aggregation: 160 buckets per sign, and
-/// the finest scale (the SDK lowers it until the observed range fits the buckets).
-const MAX_SIZE: u32 = 160;
-const MAX_SCALE: i8 = 20;
 
 /// How pushed histograms are aggregated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,6 +43,20 @@ impl FromStr for HistogramAggregation {
     }
 }
 
+/// What a push reader reads the histograms from, and how it pushes them.
+#[derive(Debug, Clone)]
+pub struct PushedHistograms {
+    pub store: Arc<HistogramStore>,
+    pub aggregation: HistogramAggregation,
+}
+
+/// A metric reader that pushes the store's histograms beside the SDK's counters and gauges
+/// (`otlp_push::build_otlp_reader`); `build_telemetry_with_readers` hands it the store.
+pub trait PushReader: MetricReader {
+    /// From now on every export appends `pushed`'s histograms.
+    fn read_histograms_from(&self, pushed: PushedHistograms);
+}
+
 /// The flag or config value (non-empty) wins over the standard variable; neither: explicit.
 /// Each error names where the bad value came from.
 pub fn histogram_aggregation_from_lookup(
@@ -74,27 +74,6 @@ pub fn histogram_aggregation_from_lookup(
             .map_err(|e| format!("{DEFAULT_HISTOGRAM_AGGREGATION_VAR}: {e}")),
         None => Ok(HistogramAggregation::Explicit),
     }
-}
-
-/// The push provider and the instruments recorded into it.
-pub struct PushTelemetry {
-    pub provider: SdkMeterProvider,
-    pub instruments: Arc<Instruments>,
-}
-
-/// The push provider's view: every histogram as a base-2 exponential histogram.
-pub(super) fn exponential_view(instrument: &Instrument) -> Option<Stream> {
-    if instrument.kind() != InstrumentKind::Histogram {
-        return None;
-    }
-    Stream::builder()
-        .with_aggregation(Aggregation::Base2ExponentialHistogram {
-            max_size: MAX_SIZE,
-            max_scale: MAX_SCALE,
-            record_min_max: true,
-        })
-        .build()
-        .ok()
 }
 
 #[cfg(test)]

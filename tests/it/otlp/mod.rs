@@ -3,3 +3,4 @@
 mod exponential;
 mod export_health;
 mod push;
+mod store_push;

@@ -26,6 +26,7 @@ use crate::common::process::free_port;
 use crate::common::wait::wait_until;
 use actix::Actor as _;
 use kiln::engine::intervals::RequestIntervals;
+use kiln::engine::trace_context::TraceContext;
 use kiln::engine::types::{FinishReason, Operation};
 use kiln::otlp::{OtlpConfig, OtlpProtocol, OtlpTemporality, metrics_endpoint_from_base};
 use kiln::stats::actor::{RecordHttp, RecordStep, StatsActor, StatsActorConfig};
@@ -92,7 +93,7 @@ fn start_rotel(dir: &Path, name: &str, protocol: OtlpProtocol, port: u16) -> Rec
     rotel
 }
 
-fn telemetry_config(instance: &str) -> TelemetryConfig {
+pub(super) fn telemetry_config(instance: &str) -> TelemetryConfig {
     TelemetryConfig {
         model_name: "smollm2".to_owned(),
         service_name: "kiln-otlp-test".to_owned(),
@@ -111,7 +112,7 @@ fn push(protocol: OtlpProtocol, port: u16, instance: &str, tweak: impl FnOnce(&m
     build_telemetry_with_readers(&telemetry_config(instance), vec![reader]).unwrap()
 }
 
-fn finished() -> FinishedRequestStats {
+fn finished(trace: Option<TraceContext>) -> FinishedRequestStats {
     FinishedRequestStats {
         finish_reason: FinishReason::Stop,
         operation: Operation::Chat,
@@ -130,7 +131,7 @@ fn finished() -> FinishedRequestStats {
             inference_s: Some(1.15),
             time_per_output_token_s: Some(0.25),
         },
-        trace: None,
+        trace,
         constraint_kind: None,
         lora: None,
     }
@@ -139,6 +140,11 @@ fn finished() -> FinishedRequestStats {
 /// One engine step (2 running, `prompt_tokens` prefilled, one request finished) and one
 /// HTTP request, sent to the stats actor; returns once the actor handled both.
 fn record(instruments: &Arc<Instruments>, prompt_tokens: u64) {
+    record_traced(instruments, prompt_tokens, None);
+}
+
+/// [`record`], the finished request carrying `trace` (its latencies become exemplars).
+pub(super) fn record_traced(instruments: &Arc<Instruments>, prompt_tokens: u64, trace: Option<TraceContext>) {
     let instruments = instruments.clone();
     actix::System::new().block_on(async move {
         let config = StatsActorConfig { log_interval: None };
@@ -155,7 +161,7 @@ fn record(instruments: &Arc<Instruments>, prompt_tokens: u64) {
                 num_prompt_tokens: prompt_tokens,
                 num_generation_tokens: 5,
                 num_batched_tokens: 8,
-                finished: vec![finished()],
+                finished: vec![finished(trace)],
                 ..IterationStats::default()
             },
         };
