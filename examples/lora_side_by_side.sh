@@ -10,8 +10,9 @@
 #   python3 examples/make_bench_adapters.py MODEL.gguf /tmp/bench-adapters --llama-cpp LLAMA_SRC
 #   examples/lora_side_by_side.sh /tmp/bench-adapters
 #
-# llama.cpp: adapters loaded with --lora and --lora-init-without-apply (scale 0 unless a request
-# asks), a request picks one with `"lora": [{"id": k, "scale": 1.0}]`. kiln: --lora-modules and
+# llama.cpp: adapters loaded with --lora and --lora-init-without-apply; a request picks one with
+# `"lora": [{"id": k, "scale": 1.0}]` (the others get scale 0 and are left out), the base with
+# adapter 0 at scale 0. kiln: --lora-modules and
 # `"model": "aK"`. Environment: as llama_cpp_side_by_side.sh (KILN_MODEL_GGUF, KILN_BIN,
 # KILN_BENCH_SERVING, KILN_LLAMA_CPP_DIR, LLAMA_THREADS), plus CONCURRENCIES ("1 8 32"),
 # INPUT_LEN (128), OUTPUT_LEN (64), NUM_PROMPTS (default 4 x concurrency, at least 10),
@@ -55,7 +56,7 @@ cycle_json() {
       items+=("{\"model\":\"a$k\"}")
     fi
   done
-  if [[ $server == llama ]]; then items+=('{"lora":[]}'); else items+=('{}'); fi
+  if [[ $server == llama ]]; then items+=('{"lora":[{"id":0,"scale":0.0}]}'); else items+=('{}'); fi
   local IFS=,
   echo "[${items[*]}]"
 }
@@ -71,8 +72,15 @@ bench_server() {
     for round in $(seq 1 "$ROUNDS"); do
       for load in base mixed; do
         log "$server: concurrency $c, $load, round $round ($n prompts)"
+        # llama.cpp gives a request with no (or an empty) `lora` list every loaded adapter at
+        # its load-time scale, 1.0 even with --lora-init-without-apply: its base requests list
+        # adapter 0 at scale 0, which leaves every adapter out.
         local extra=()
-        [[ $load == mixed ]] && extra=(--body-cycle "$cycle")
+        if [[ $load == mixed ]]; then
+          extra=(--body-cycle "$cycle")
+        elif [[ $server == llama ]]; then
+          extra=(--body-cycle '[{"lora":[{"id":0,"scale":0.0}]}]')
+        fi
         "$BENCH" --base-url "$base" --model "$model" --endpoint completions \
           --num-prompts "$n" --max-concurrency "$c" --seed 0 \
           --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --ignore-eos "${extra[@]}" \
