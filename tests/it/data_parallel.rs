@@ -180,12 +180,7 @@ fn a_repeated_prefix_goes_to_the_engine_that_cached_it() {
 #[test]
 fn the_binary_takes_vllms_dp_spelling() {
     let kiln = Launch::default().arg("-dp", "2").start();
-    let info: Value = kiln
-        .client
-        .get(kiln.url("/get_server_info"))
-        .send()
-        .and_then(|r| r.json())
-        .expect("server info");
+    let info: Value = kiln.get_json("/get_server_info");
     assert_eq!(info["dp_size"], 2, "{info}");
     let metrics = kiln
         .client

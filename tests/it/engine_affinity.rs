@@ -134,12 +134,7 @@ fn each_engines_threads_run_on_its_share_of_the_cpus() {
         [Some(pool_size(&shares[0].1)), Some(pool_size(&shares[1].1))],
     );
 
-    let info: Value = kiln
-        .client
-        .get(kiln.url("/get_server_info"))
-        .send()
-        .and_then(|r| r.json())
-        .expect("server info");
+    let info: Value = kiln.get_json("/get_server_info");
     for (rank, (node, cpus)) in shares.iter().enumerate() {
         let entry = &info["dp_ranks"][rank];
         assert_eq!(entry["numa_node"], *node, "{info}");
@@ -165,12 +160,7 @@ fn affinity_off_leaves_every_engine_thread_on_the_whole_mask() {
     // Unpinned pools take an even share of rayon's global pool, whose size follows the CPU
     // quota as well as the mask, so only their masks are checked.
     wait_for_masks(&kiln, [&allowed, &allowed], [None, None]);
-    let info: Value = kiln
-        .client
-        .get(kiln.url("/get_server_info"))
-        .send()
-        .and_then(|r| r.json())
-        .expect("server info");
+    let info: Value = kiln.get_json("/get_server_info");
     assert!(
         info["dp_ranks"][0]["cpus"].is_null() && info["dp_ranks"][1]["numa_node"].is_null(),
         "{info}"

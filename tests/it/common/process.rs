@@ -149,6 +149,15 @@ impl KilnProcess {
             .map(|r| r.status().as_u16())
     }
 
+    /// A GET's JSON body; panics naming `path` if it cannot be had.
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        self.client
+            .get(self.url(path))
+            .send()
+            .and_then(|r| r.json())
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
+
     /// `/ready`'s status, `None` when the connection is refused.
     pub fn ready(&self) -> Option<u16> {
         self.status_of("/ready")
